@@ -1,0 +1,60 @@
+# sparktrain: `make demo` runs the main job end to end, `make test` runs the tests.
+# Both set themselves up on a fresh machine: .venv on Python 3.11, pinned deps, the jar.
+
+SHELL      := /bin/bash
+PYTHON_BIN ?= python3.11
+VENV       := .venv
+PY         := $(VENV)/bin/python
+STAMP      := $(VENV)/.sparktrain-installed
+LOCK       := python/requirements.lock
+JAR        := build/libs/sparktrain-listener.jar
+export PYSPARK_PYTHON        := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+export SPARK_LOCAL_IP        := 127.0.0.1
+export PYTHONPATH            := $(abspath python)
+PYTEST_ARGS ?=
+
+.PHONY: help setup java-check demo test test-slow test-all lint typecheck bench mlflow-server clean jar horovod
+
+help:
+	@echo "make demo    run conf/flights.yaml end to end (features, training, MLflow)"
+	@echo "make test    run the default test suite (not 'slow')"
+	@echo "make test-slow | bench | mlflow-server | jar | horovod | lint | typecheck | clean"
+
+java-check:
+	@command -v java >/dev/null 2>&1 || { echo "ERROR: java not found. sparktrain needs Java 17 (Spark 4.3). Install it, e.g. 'apt-get install openjdk-17-jre-headless', or set JAVA_HOME." >&2; exit 1; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	 if [ "$$v" != "17" ] && [ "$$v" != "21" ]; then echo "ERROR: Java $$v found, Spark 4.3 needs Java 17 (or 21). Install openjdk-17 and put it first on PATH or set JAVA_HOME." >&2; exit 1; fi
+
+$(PY):
+	@command -v $(PYTHON_BIN) >/dev/null 2>&1 || { echo "ERROR: $(PYTHON_BIN) not found; sparktrain needs Python 3.11 (set PYTHON_BIN=/path/to/python3.11)." >&2; exit 1; }
+	$(PYTHON_BIN) -m venv $(VENV)
+
+$(STAMP): $(PY) $(LOCK) python/pyproject.toml
+	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=77" wheel
+	$(PY) -m pip install -q -r $(LOCK)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e python
+	touch $(STAMP)
+
+setup: java-check $(STAMP)
+
+demo: setup
+	$(VENV)/bin/sparktrain run conf/flights.yaml
+
+test: setup
+	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "slow" $(PYTEST_ARGS)
+
+test-all: setup
+	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check python tests bench
+
+typecheck: setup
+	$(VENV)/bin/mypy python/sparktrain
+
+clean:
+	rm -rf work build .pytest_cache

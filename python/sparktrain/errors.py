@@ -1,0 +1,133 @@
+"""The one exception hierarchy of sparktrain.
+
+Every error subclasses :class:`SparktrainError` *and* the built-in exception a
+caller would naturally catch (``ValueError``, ``KeyError``, ...), following
+scikit-learn's ``sklearn/exceptions.py``.  Messages are templated so that each
+one names the offending key/column/parameter, the value received and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Optional
+
+
+class SparktrainError(Exception):
+    """Base class of every error raised by sparktrain."""
+
+
+class ConfigError(SparktrainError, ValueError):
+    """A job config value is missing, unknown or out of range.
+
+    Parameters
+    ----------
+    path : str
+        Dotted key path, e.g. ``"train.num_workers"``.
+    value : object
+        The value received.
+    fix : str
+        What the user should do instead.
+    """
+
+    def __init__(self, path: str, value: object, fix: str) -> None:
+        self.path = path
+        self.value = value
+        self.fix = fix
+        super().__init__(f"config key '{path}' = {value!r}: {fix}")
+
+
+class UnknownKeyError(ConfigError, KeyError):
+    """A config key that no section defines (with a did-you-mean hint)."""
+
+    def __init__(self, path: str, value: object, known: Iterable[str]) -> None:
+        known = sorted(known)
+        leaf = path.rsplit(".", 1)[-1]
+        close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        fix = f"unknown key; {hint}valid keys here: {', '.join(known)}"
+        super().__init__(path, value, fix)
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self.args[0]
+
+
+class SchemaError(SparktrainError, ValueError):
+    """A DataFrame or dataset lacks a column or has the wrong type."""
+
+
+class MissingColumnError(SchemaError, KeyError):
+    """A configured column is not in the data."""
+
+    def __init__(self, column: str, available: Iterable[str], where: str = "the DataFrame") -> None:
+        available = list(available)
+        close = difflib.get_close_matches(column, available, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        super().__init__(
+            f"column '{column}' is not in {where}.{hint} Columns that exist: "
+            f"{', '.join(available)}. Fix the column name in the config or add the column."
+        )
+        self.column = column
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class DataError(SparktrainError, ValueError):
+    """The data itself is unusable (all nulls, NaN/inf, vocabulary too large...)."""
+
+
+class DatasetNotFoundError(SparktrainError, FileNotFoundError):
+    """A dataset path does not exist."""
+
+
+class PreflightError(SparktrainError, RuntimeError):
+    """A driver-side check failed before any compute was launched."""
+
+
+class NotFittedError(SparktrainError, ValueError, AttributeError):
+    """A model or stage was used before it was fitted."""
+
+
+class TrainingError(SparktrainError, RuntimeError):
+    """A training worker failed; carries the rank, host and remote traceback.
+
+    Parameters
+    ----------
+    rank : int or None
+        Rank of the failed worker (``None`` when unknown).
+    host : str or None
+        Host the worker ran on.
+    remote_traceback : str
+        The full traceback formatted on the worker.
+    """
+
+    def __init__(self, message: str, rank: Optional[int] = None, host: Optional[str] = None,
+                 remote_traceback: str = "") -> None:
+        self.rank = rank
+        self.host = host
+        self.remote_traceback = remote_traceback
+        where = f" on rank {rank} (host {host})" if rank is not None else ""
+        text = f"training failed{where}: {message}"
+        if remote_traceback:
+            text += "\n--- worker traceback ---\n" + remote_traceback.rstrip()
+        super().__init__(text)
+
+
+class TrackingError(SparktrainError, RuntimeError):
+    """The MLflow tracking server or registry cannot be used."""
+
+
+class ModelNotFoundError(TrackingError, LookupError):
+    """A registered model name or alias does not exist."""
+
+
+class TuneError(SparktrainError, RuntimeError):
+    """The hyperparameter search failed (e.g. every trial failed)."""
+
+
+class MissingDependencyError(SparktrainError, ImportError):
+    """An optional dependency is not installed; the message has the install line."""
+
+    def __init__(self, package: str, install: str, why: str = "") -> None:
+        extra = f" ({why})" if why else ""
+        super().__init__(f"{package} is required{extra}. Install it with: {install}")

@@ -1,0 +1,194 @@
+"""Declarative feature spec: one frozen dataclass per feature type.
+
+These are plain Python (no Spark import) so that a job config is validated
+before any Spark work.  :mod:`sparktrain.features.compile` turns a tuple of
+specs into a ``pyspark.ml.Pipeline``.
+
+YAML form (inside ``features:`` of a job config)::
+
+    - {name: carrier, type: categorical, min_frequency: 10}
+    - {name: dep_delay, type: numeric, impute: median, clip: [-60, 600], log1p: false}
+    - {name: tailnum, type: categorical, hash_buckets: 512}
+    - {name: time_hour, type: datetime, parts: [hour, day_of_week, month], cyclical: true}
+    - {name: carrier_x_origin, type: crossed, columns: [carrier, origin], hash_buckets: 128}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Optional, Tuple, Union
+
+from sparktrain._internal.typed_build import build, require
+from sparktrain.errors import ConfigError
+
+DATETIME_PARTS = ("hour", "day_of_week", "month", "day_of_month", "minute")
+
+
+@dataclass(frozen=True)
+class NumericFeature:
+    """A numeric input column, emitted as one float32 column (plus optional bucket index).
+
+    Parameters
+    ----------
+    impute : {'mean', 'median', 'constant'}
+        How nulls (and NaN/inf when ``on_invalid='impute'``) are filled.
+    impute_value : float
+        The fill value when ``impute='constant'``.
+    log1p : bool
+        Apply ``sign(x) * log1p(|x|)`` after clipping.
+    clip : (float, float), optional
+        Clip to ``[low, high]`` before the other transforms.
+    scale : {'standard', 'minmax', 'none'}
+        Normalization after imputing.
+    buckets : int, optional
+        Also emit a quantile-bucket index ``<name>_bucket`` (QuantileDiscretizer).
+    on_invalid : {'impute', 'error'}
+        NaN or infinity: treat as missing, or reject the data with an error.
+    """
+
+    name: str
+    type: Literal["numeric"] = "numeric"
+    column: Optional[str] = None
+    impute: Literal["mean", "median", "constant"] = "mean"
+    impute_value: float = 0.0
+    log1p: bool = False
+    clip: Optional[Tuple[float, float]] = None
+    scale: Literal["standard", "minmax", "none"] = "standard"
+    buckets: Optional[int] = None
+    on_invalid: Literal["impute", "error"] = "impute"
+
+    def __post_init__(self) -> None:
+        if self.clip is not None:
+            require(self.clip[0] < self.clip[1], f"features.{self.name}.clip", list(self.clip),
+                    "low must be below high, e.g. [-60, 600]")
+        if self.buckets is not None:
+            require(self.buckets >= 2, f"features.{self.name}.buckets", self.buckets,
+                    "must be >= 2 (or remove the key)")
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclass(frozen=True)
+class CategoricalFeature:
+    """A categorical column, emitted as an int32 index for an embedding.
+
+    Index layout: ``0 .. V-1`` are vocabulary entries (most frequent first) and
+    ``V`` is reserved for null, unseen and rare values, so the embedding needs
+    ``V + 1`` rows.  With ``hash_buckets=N`` the index is ``crc32(value) mod N``
+    (nulls hash as the empty string), which needs no fitted vocabulary.
+    """
+
+    name: str
+    type: Literal["categorical"] = "categorical"
+    column: Optional[str] = None
+    min_frequency: int = 1
+    max_vocab: Optional[int] = None
+    vocab_limit: int = 10_000
+    hash_buckets: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        require(self.min_frequency >= 1, f"features.{self.name}.min_frequency", self.min_frequency,
+                "must be >= 1")
+        if self.max_vocab is not None:
+            require(self.max_vocab >= 1, f"features.{self.name}.max_vocab", self.max_vocab, "must be >= 1")
+        require(self.vocab_limit >= 1, f"features.{self.name}.vocab_limit", self.vocab_limit, "must be >= 1")
+        if self.hash_buckets is not None:
+            require(self.hash_buckets >= 2, f"features.{self.name}.hash_buckets", self.hash_buckets,
+                    "must be >= 2")
+            require(self.max_vocab is None and self.min_frequency == 1,
+                    f"features.{self.name}.hash_buckets", self.hash_buckets,
+                    "hashing has no vocabulary: drop min_frequency/max_vocab, or drop hash_buckets")
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclass(frozen=True)
+class DatetimeFeature:
+    """A timestamp (or ISO-8601 string) column, decomposed into calendar parts.
+
+    Each part becomes an int32 index; with ``cyclical`` each part also gets
+    ``<name>_<part>_sin`` / ``_cos`` float32 columns.  Parts are read in UTC.
+    """
+
+    name: str
+    type: Literal["datetime"] = "datetime"
+    column: Optional[str] = None
+    parts: Tuple[str, ...] = ("hour", "day_of_week", "month")
+    cyclical: bool = True
+
+    def __post_init__(self) -> None:
+        for i, part in enumerate(self.parts):
+            require(part in DATETIME_PARTS, f"features.{self.name}.parts[{i}]", part,
+                    f"must be one of {', '.join(DATETIME_PARTS)}")
+        require(len(self.parts) > 0, f"features.{self.name}.parts", list(self.parts), "list at least one part")
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclass(frozen=True)
+class BooleanFeature:
+    """A boolean column emitted as float32 1.0 / 0.0 (null becomes 0.0)."""
+
+    name: str
+    type: Literal["boolean"] = "boolean"
+    column: Optional[str] = None
+
+    @property
+    def source(self) -> str:
+        return self.column or self.name
+
+
+@dataclass(frozen=True)
+class CrossedFeature:
+    """Two (or more) categorical columns crossed by hashing into ``hash_buckets``."""
+
+    name: str
+    columns: Tuple[str, ...]
+    hash_buckets: int
+    type: Literal["crossed"] = "crossed"
+
+    def __post_init__(self) -> None:
+        require(len(self.columns) >= 2, f"features.{self.name}.columns", list(self.columns),
+                "list at least two columns to cross")
+        require(self.hash_buckets >= 2, f"features.{self.name}.hash_buckets", self.hash_buckets, "must be >= 2")
+
+
+FeatureSpec = Union[NumericFeature, CategoricalFeature, DatetimeFeature, BooleanFeature, CrossedFeature]
+
+FEATURE_TYPES = {
+    "numeric": NumericFeature,
+    "categorical": CategoricalFeature,
+    "datetime": DatetimeFeature,
+    "boolean": BooleanFeature,
+    "crossed": CrossedFeature,
+}
+
+
+def parse_feature(raw: Any, path: str) -> FeatureSpec:
+    """Build one feature spec from its YAML mapping, choosing the class by ``type``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, raw, "each feature is a mapping like {name: carrier, type: categorical}")
+    ftype = raw.get("type")
+    if ftype not in FEATURE_TYPES:
+        raise ConfigError(f"{path}.type", ftype, f"must be one of {', '.join(FEATURE_TYPES)}")
+    return build(FEATURE_TYPES[ftype], raw, path)
+
+
+def parse_features(raw: Any, path: str = "features") -> Tuple[FeatureSpec, ...]:
+    """Build the tuple of feature specs, rejecting duplicate names."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, (list, tuple)):
+        raise ConfigError(path, raw, "expected a list of features")
+    specs = tuple(parse_feature(item, f"{path}[{i}]") for i, item in enumerate(raw))
+    seen: set = set()
+    for i, spec in enumerate(specs):
+        require(spec.name not in seen, f"{path}[{i}].name", spec.name, "feature names must be unique")
+        seen.add(spec.name)
+    return specs

@@ -1,0 +1,114 @@
+"""Get or create the SparkSession a job runs on.
+
+Order of precedence for the master URL: an already active session (notebooks,
+``spark-submit``) is reused as is; otherwise ``--master`` / config; otherwise
+``local[*]``.  Settings come from ``conf/spark-defaults.conf`` (if present),
+then the job config's ``spark.conf``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Dict, Mapping, Optional
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def prepare_environment() -> None:
+    """Set ``PYSPARK_PYTHON`` and ``SPARK_LOCAL_IP`` when unset.
+
+    Without ``PYSPARK_PYTHON`` executors may start a Python that lacks the
+    pinned packages; without ``SPARK_LOCAL_IP`` Spark binds a non-loopback
+    address on a laptop.  Values already set by the user are kept.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Executors import sparktrain by module path; make the package importable there.
+    pkg_root = str(Path(__file__).resolve().parents[1])
+    current = os.environ.get("PYTHONPATH", "")
+    if pkg_root not in current.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, current) if p)
+
+
+def read_spark_defaults(path: Optional[Path] = None) -> Dict[str, str]:
+    """Parse a ``spark-defaults.conf`` file (``key value`` per line, ``#`` comments)."""
+    path = path or Path(os.environ.get("SPARKTRAIN_SPARK_DEFAULTS", _REPO_ROOT / "conf" / "spark-defaults.conf"))
+    out: Dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            out[parts[0]] = parts[1].strip()
+    return out
+
+
+def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktrain",
+                          conf: Optional[Mapping[str, str]] = None):
+    """Return the active SparkSession, or build one.
+
+    Parameters
+    ----------
+    master : str, optional
+        Master URL (``local[2]``, ``spark://host:7077``, ``sc://host`` for
+        Spark Connect...).  Ignored, with a log line, when a session is active.
+    app_name : str
+        Spark application name.
+    conf : mapping, optional
+        Extra Spark settings; they override ``conf/spark-defaults.conf``.
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+    """
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        if master and not _same_master(active, master):
+            log.info("reusing the active SparkSession (master %s); ignoring master=%s", _master_of(active), master)
+        return active
+
+    settings = read_spark_defaults()
+    settings.update(dict(conf or {}))
+    builder = SparkSession.builder.appName(app_name)
+    if master and master.startswith("sc://"):
+        builder = builder.remote(master)
+    else:
+        builder = builder.master(master or settings.pop("spark.master", DEFAULT_MASTER))
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        spark.sparkContext.setLogLevel("WARN")
+    except Exception:  # Spark Connect has no SparkContext
+        pass
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return spark
+
+
+def _master_of(spark) -> str:
+    try:
+        return spark.sparkContext.master
+    except Exception:
+        return spark.conf.get("spark.master", "connect")
+
+
+def _same_master(spark, master: str) -> bool:
+    return _master_of(spark) == master
+
+
+def master_of(spark) -> str:
+    """The master URL of ``spark`` (``'connect'`` under Spark Connect)."""
+    return _master_of(spark)

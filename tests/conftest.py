@@ -1,0 +1,55 @@
+"""Shared pytest fixtures: one real local[2] SparkSession for the whole run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """A real ``local[2]`` SparkSession (UI off, 2 shuffle partitions, dirs under tmp)."""
+    from sparktrain.session import get_or_create_session
+
+    base = tmp_path_factory.mktemp("spark")
+    session = get_or_create_session(
+        master="local[2]",
+        app_name="sparktrain-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.local.dir": str(base / "local"),
+            "spark.sql.warehouse.dir": str(base / "warehouse"),
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={base / 'derby'}",
+            "spark.driver.memory": "2g",
+        },
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def flights_df(spark):
+    """The embedded flights table (lazy; 327,346 rows after dropping cancelled)."""
+    from sparktrain.datasets import flights
+
+    return flights(spark)
+
+
+@pytest.fixture(scope="session")
+def flights_sample(spark, flights_df, tmp_path_factory):
+    """A ~5% sample of flights written once to Parquet, for fast stage tests."""
+    path = tmp_path_factory.mktemp("flights_sample") / "raw.parquet"
+    flights_df.where("abs(hash(flight_id)) % 20 = 0").coalesce(1).write.parquet(str(path))
+    return spark.read.parquet(str(path))
