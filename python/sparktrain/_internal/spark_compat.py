@@ -1,0 +1,102 @@
+"""Everything that differs between classic Spark and Spark Connect, in one place.
+
+Classic sessions expose a SparkContext (slots, conf, job groups); Connect
+sessions do not.  Callers use these helpers and never touch ``sparkContext``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+log = logging.getLogger(__name__)
+
+
+def is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def conf_get(spark, key: str, default: Optional[str] = None) -> Optional[str]:
+    try:
+        value = spark.conf.get(key, default)
+    except Exception:
+        value = default
+    if value is None and not is_connect(spark):
+        try:
+            value = spark.sparkContext.getConf().get(key, default)
+        except Exception:
+            pass
+    return value
+
+
+def master(spark) -> str:
+    if is_connect(spark):
+        return "connect"
+    return spark.sparkContext.master
+
+
+def driver_host(spark) -> Optional[str]:
+    """Address executors can reach the driver on (None under Connect: no progress channel)."""
+    if is_connect(spark):
+        return None
+    return conf_get(spark, "spark.driver.host") or "127.0.0.1"
+
+
+def max_concurrent_tasks(spark) -> int:
+    """How many tasks the cluster can run at once right now (barrier mode needs >= num_workers)."""
+    if not is_connect(spark):
+        sc = spark.sparkContext
+        try:
+            jsc = sc._jsc.sc()
+            rp = jsc.resourceProfileManager().defaultResourceProfile()
+            return int(jsc.maxNumConcurrentTasks(rp))
+        except Exception as exc:  # private API; fall back on the master URL
+            log.debug("maxNumConcurrentTasks unavailable: %s", exc)
+        m = re.match(r"local\[(\d+|\*)(?:,\s*\d+)?\]", sc.master)
+        if m:
+            import os
+            return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
+        if sc.master == "local":
+            return 1
+        return int(sc.defaultParallelism)
+    return int(conf_get(spark, "spark.default.parallelism", "1") or 1)
+
+
+def task_max_failures(spark) -> int:
+    """Attempts a barrier stage gets (local[N,F] sets F; clusters use spark.task.maxFailures)."""
+    m = master(spark)
+    lm = re.match(r"local\[(?:\d+|\*),\s*(\d+)\]", m)
+    if lm:
+        return int(lm.group(1))
+    if m.startswith("local"):
+        return 1
+    return int(conf_get(spark, "spark.task.maxFailures", "4") or 4)
+
+
+@contextmanager
+def job_group(spark, group: str, description: str = "") -> Iterator[None]:
+    """Put the Spark jobs started by this thread in ``group`` (cancellable with :func:`cancel_group`)."""
+    if is_connect(spark):
+        spark.addTag(group)
+        try:
+            yield
+        finally:
+            spark.removeTag(group)
+        return
+    sc = spark.sparkContext
+    sc.setJobGroup(group, description or group, interruptOnCancel=True)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+
+
+def cancel_group(spark, group: str) -> None:
+    """Cancel every running job of ``group``."""
+    if is_connect(spark):
+        spark.interruptTag(group)
+    else:
+        spark.sparkContext.cancelJobGroup(group)

@@ -1,0 +1,146 @@
+"""The ``sparktrain`` command line.
+
+The same job runs from the console script and through ``spark-submit``::
+
+    sparktrain run conf/flights.yaml --master local[2] --set train.epochs=2
+    spark-submit python/sparktrain/__main__.py conf/flights.yaml   # a bare CONFIG means `run`
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import textwrap
+from typing import List, Optional, Sequence
+
+from sparktrain import __version__
+from sparktrain.errors import SparktrainError
+
+log = logging.getLogger("sparktrain")
+
+_EPILOG = """examples:
+  sparktrain run conf/flights.yaml                       # the whole job: features, training, MLflow
+  sparktrain run conf/flights.yaml --set train.epochs=1  # override any key
+  spark-submit python/sparktrain/__main__.py conf/flights.yaml  # the same job (a bare CONFIG means run)
+  sparktrain profile conf/flights.yaml --master local[2] # rows, label rate, null counts
+  sparktrain preprocess conf/flights.yaml                # features only, written to Parquet
+  sparktrain tune conf/flights.yaml                      # hyperparameter search (needs a tune: section)
+  sparktrain score --model models:/flights-late@champion --input raw.parquet --output scored.parquet
+  sparktrain mlflow-server                               # MLflow UI/server on 127.0.0.1:5000
+"""
+
+
+def _add_job_args(p: argparse.ArgumentParser) -> None:
+    cmd = p.prog.split()[-1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = textwrap.fill(p.description or "", 79)
+    p.epilog = (f"examples:\n  sparktrain {cmd} conf/flights.yaml\n"
+                f"  sparktrain {cmd} conf/flights.yaml --master local[2] --set data.scale=3 --set train.epochs=1\n"
+                f"  spark-submit --master local[2] python/sparktrain/__main__.py {cmd} conf/flights.yaml\n")
+    p.add_argument("config", help="job config YAML, e.g. conf/flights.yaml")
+    p.add_argument("--master", help="Spark master URL (default: config spark.master, else local[*]); "
+                                     "ignored when a SparkSession is already active (spark-submit, notebooks)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a config key, value parsed as YAML (repeatable), e.g. --set train.epochs=2")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for docs and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="sparktrain",
+        description="Data-parallel deep learning on Spark: preprocess features out of core, stream Parquet "
+                    "into Keras/PyTorch, train across executors in barrier mode, search with Hyperopt, "
+                    "track and register in MLflow, score as a Spark Transformer.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"sparktrain {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the whole job in a config (profile, features, train, tune, track)",
+                       description="Run every stage the config defines: load and profile the data, "
+                                   "preprocess features to Parquet, train across executors, tune when a "
+                                   "tune: section exists, and record it all in MLflow.")
+    _add_job_args(p)
+    p = sub.add_parser("profile", help="load the data and print rows, label rate and null counts",
+                       description="Load data.source and print a one-pass profile.")
+    _add_job_args(p)
+    p = sub.add_parser("preprocess", help="fit the feature pipeline and write train/validation/test Parquet",
+                       description="Compile features: into a Spark ML Pipeline, fit it on the train split "
+                                   "and materialize all splits to output.path atomically, with a manifest "
+                                   "and features.json.")
+    _add_job_args(p)
+    p = sub.add_parser("train", help="train on an already materialized dataset (output.path)",
+                       description="Train the train: section's model in a Spark barrier stage.")
+    _add_job_args(p)
+    p = sub.add_parser("tune", help="search hyperparameters with Hyperopt (needs a tune: section)",
+                       description="Run the tune: section's search: single-task trials "
+                                   "(mode: single) or distributed trials (mode: distributed).")
+    _add_job_args(p)
+
+    p = sub.add_parser("score", help="score raw Parquet/CSV with a registered model, write Parquet",
+                       description="Load an MLflow model (e.g. models:/NAME@champion) and score raw rows "
+                                   "in Spark; the model carries its own feature pipeline.")
+    p.add_argument("--model", required=True, help="MLflow model URI, e.g. models:/flights-late@champion")
+    p.add_argument("--input", required=True, help="raw input: a Parquet directory or a .csv file")
+    p.add_argument("--output", required=True, help="where to write the scored Parquet")
+    p.add_argument("--format", choices=["parquet", "csv"], help="input format (default: by extension)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///work/mlflow.db)")
+    p.add_argument("--master", help="Spark master URL (default local[*])")
+
+    p = sub.add_parser("mlflow-server", help="start a real MLflow tracking server on 127.0.0.1",
+                       description="Start `mlflow server` bound to 127.0.0.1 with a sqlite backend and an "
+                                   "artifact root under work/. Open the printed URL for the UI.")
+    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--backend-store-uri", default="sqlite:///work/mlflow.db")
+    p.add_argument("--artifacts-destination", default="work/mlartifacts")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Console-script entry point. Returns the process exit code."""
+    parser = build_parser()
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    if argv and argv[0].endswith((".yaml", ".yml")):  # `sparktrain conf/flights.yaml` means `run`
+        argv = ["run", *argv]
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("py4j", "urllib3", "alembic", "matplotlib", "hyperopt", "mlflow.store", "git"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return _dispatch(args)
+    except SparktrainError as exc:
+        log.error("%s", exc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from sparktrain import job
+
+    if args.command == "mlflow-server":
+        from sparktrain.track.server import serve_forever
+        return serve_forever(port=args.port, backend_store_uri=args.backend_store_uri,
+                             artifacts_destination=args.artifacts_destination)
+    if args.command == "score":
+        return job.score_command(model_uri=args.model, input_path=args.input, output_path=args.output,
+                                 fmt=args.format, tracking_uri=args.tracking_uri, master=args.master)
+    from sparktrain.config import load_config
+    cfg = load_config(args.config, overrides=args.overrides)  # validated before any Spark work
+    stages: List[str] = {
+        "run": ["profile", "preprocess", "train", "tune"],
+        "profile": ["profile"],
+        "preprocess": ["preprocess"],
+        "train": ["train"],
+        "tune": ["tune"],
+    }[args.command]
+    job.run_job(cfg, stages=stages, master=args.master)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Turn reader batches (dicts of numpy arrays) into model inputs, framework-neutral.
+
+One reader is built per epoch from an explicit cursor, so a resumed run reads
+exactly the rows it has not seen yet, in the order a fresh run would have.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, Optional, Tuple
+
+import numpy as np
+
+from sparktrain.train._executor.spec import InputSpec
+
+Arrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def to_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Arrays:
+    """``(numeric [B, n_num] float32, categorical [B, n_cat] int64, label [B])``."""
+    n = len(batch[inputs.label])
+    if inputs.numeric:
+        x_num = np.empty((n, len(inputs.numeric)), dtype=np.float32)
+        for j, col in enumerate(inputs.numeric):
+            x_num[:, j] = batch[col]
+    else:
+        x_num = np.zeros((n, 0), dtype=np.float32)
+    if inputs.categorical:
+        x_cat = np.empty((n, len(inputs.categorical)), dtype=np.int64)
+        for j, (col, card) in enumerate(inputs.categorical):
+            x_cat[:, j] = np.clip(batch[col], 0, card - 1)
+    else:
+        x_cat = np.zeros((n, 0), dtype=np.int64)
+    y = np.asarray(batch[inputs.label])
+    y = y.astype(np.int64) if inputs.task == "multiclass" else y.astype(np.float32)
+    return x_num, x_cat, y
+
+
+def epoch_batches(path: str, inputs: InputSpec, batch_size: int, rank: int, world_size: int, epoch: int,
+                  seed: int, shuffle: bool = True, shuffle_buffer: int = 8192,
+                  remainder: str = "wrap") -> Tuple[int, Iterator[Arrays]]:
+    """``(steps, iterator)`` over one epoch of this rank's shard, starting at batch 0."""
+    from sparktrain.data.reader import Cursor, make_reader
+
+    columns = [*inputs.columns, inputs.label]
+    reader = make_reader(path, columns=columns, batch_size=batch_size, rank=rank, world_size=world_size,
+                         shuffle=shuffle, seed=seed, shuffle_buffer=shuffle_buffer, num_epochs=1,
+                         remainder=remainder, cursor=Cursor(epoch=epoch, batch_index=0))
+    steps = reader.steps_per_epoch
+
+    def gen() -> Iterator[Arrays]:
+        with reader:
+            for batch in reader:
+                yield to_arrays(batch, inputs)
+
+    return steps, gen()
+
+
+def scoring_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Tuple[np.ndarray, np.ndarray]:
+    """Model inputs for scoring (no label needed)."""
+    fake = dict(batch)
+    if inputs.label not in fake:
+        first = next(iter(batch.values()))
+        fake[inputs.label] = np.zeros(len(first), dtype=np.float32)
+    x_num, x_cat, _ = to_arrays(fake, inputs)
+    return x_num, x_cat
+
+
+def maybe(v: Optional[str]) -> bool:
+    return bool(v)

@@ -1,0 +1,116 @@
+"""Checkpoints on a store: a local path or any pyarrow filesystem URI.
+
+Layout under ``<store>/<run_id>/``::
+
+    checkpoints/epoch-0001.ckpt   one file per finished epoch (bytes from the framework)
+    checkpoints/log.jsonl         append-only event log (epoch started / finished / resumed)
+    model/model.bin               the final exported model
+    model/spec.json
+
+Writes are atomic (temporary name, then a rename), so a worker killed halfway
+never leaves a checkpoint that looks complete.  Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+_CKPT = re.compile(r"epoch-(\d+)\.ckpt$")
+
+
+class Store:
+    """A directory on a pyarrow filesystem, addressed by URI or local path."""
+
+    def __init__(self, root: str) -> None:
+        from pyarrow import fs as pafs
+
+        if "://" in root:
+            self.fs, self.root = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(root)
+        self.uri = root
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def makedirs(self, *parts: str) -> None:
+        self.fs.create_dir(self.path(*parts), recursive=True)
+
+    def exists(self, *parts: str) -> bool:
+        from pyarrow import fs as pafs
+        return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``data`` to ``rel`` atomically."""
+        final = self.path(rel)
+        parent = final.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, final)
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as src:
+            return src.read()
+
+    def listdir(self, rel: str) -> List[str]:
+        from pyarrow import fs as pafs
+        if not self.exists(rel):
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(rel)))
+        return sorted(i.base_name for i in infos)
+
+    def append_line(self, rel: str, line: str) -> None:
+        """Append to a small log file (read-modify-write; only rank 0 calls this)."""
+        old = self.read_bytes(rel) if self.exists(rel) else b""
+        self.write_bytes(rel, old + line.encode() + b"\n")
+
+
+class Checkpointer:
+    """Per-run checkpoint manager used by rank 0 (and read by every rank on resume)."""
+
+    def __init__(self, store_uri: str, run_id: str) -> None:
+        self.store = Store(store_uri)
+        self.run_id = run_id
+
+    def _rel(self, *parts: str) -> str:
+        return "/".join([self.run_id, *parts])
+
+    def latest(self) -> Optional[Tuple[int, str]]:
+        """``(epoch, relative path)`` of the newest finished epoch, or None."""
+        found = []
+        for name in self.store.listdir(self._rel("checkpoints")):
+            m = _CKPT.match(name)
+            if m:
+                found.append((int(m.group(1)), self._rel("checkpoints", name)))
+        return max(found) if found else None
+
+    def save(self, epoch: int, payload: bytes) -> None:
+        self.store.write_bytes(self._rel("checkpoints", f"epoch-{epoch:04d}.ckpt"), payload)
+
+    def load(self, rel: str) -> bytes:
+        return self.store.read_bytes(rel)
+
+    def log_event(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, "time": time.time(), **fields}, default=str)
+        self.store.append_line(self._rel("checkpoints", "log.jsonl"), line)
+
+    def events(self) -> List[Dict[str, Any]]:
+        rel = self._rel("checkpoints", "log.jsonl")
+        if not self.store.exists(rel):
+            return []
+        return [json.loads(x) for x in self.store.read_bytes(rel).decode().splitlines() if x.strip()]
+
+    def save_model(self, model_bytes: bytes, spec: Dict[str, Any]) -> None:
+        self.store.write_bytes(self._rel("model", "model.bin"), model_bytes)
+        self.store.write_bytes(self._rel("model", "spec.json"), json.dumps(spec, indent=2).encode())
+
+    def load_model(self) -> Tuple[bytes, Dict[str, Any]]:
+        return (self.store.read_bytes(self._rel("model", "model.bin")),
+                json.loads(self.store.read_bytes(self._rel("model", "spec.json"))))

@@ -1,0 +1,85 @@
+"""Load a trained network once per Python worker and score numpy batches with it.
+
+Shared by the Spark Transformer (``mapInArrow``) and the MLflow pyfunc model,
+so the two paths run the same code.  Imports nothing from the driver side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+import threading
+from typing import Callable, Dict, Tuple
+
+import numpy as np
+
+from sparktrain.train._executor.spec import InputSpec, ModelSpec
+
+Predictor = Callable[[np.ndarray, np.ndarray], np.ndarray]
+_CACHE: Dict[str, Predictor] = {}
+_LOCK = threading.Lock()
+
+
+def digest(model_bytes: bytes) -> str:
+    return hashlib.sha256(model_bytes).hexdigest()
+
+
+def get_predictor(framework: str, model_bytes: bytes, inputs: InputSpec, key: str = "") -> Predictor:
+    """A cached predictor: loaded at most once per process for the same model bytes."""
+    key = key or digest(model_bytes)
+    with _LOCK:
+        pred = _CACHE.get(key)
+        if pred is None:
+            pred = _load(framework, model_bytes, inputs)
+            _CACHE[key] = pred
+    return pred
+
+
+def _load(framework: str, model_bytes: bytes, inputs: InputSpec) -> Predictor:
+    if framework == "torch":
+        return _load_torch(model_bytes, inputs)
+    return _load_keras(model_bytes, inputs)
+
+
+def _load_torch(model_bytes: bytes, inputs: InputSpec) -> Predictor:
+    import torch
+
+    from sparktrain.train._executor.torch_worker import make_model, to_prediction
+
+    blob = torch.load(io.BytesIO(model_bytes), map_location="cpu", weights_only=False)
+    model = make_model(InputSpec.from_dict(blob["inputs"]), ModelSpec.from_dict(blob["model"]), blob["factory"])
+    model.load_state_dict(blob["state_dict"])
+    model.eval()
+
+    def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            logits = model(torch.from_numpy(x_num), torch.from_numpy(x_cat))
+            return to_prediction(logits, inputs.task).numpy().astype(np.float64)
+
+    return predict
+
+
+def _load_keras(model_bytes: bytes, inputs: InputSpec) -> Predictor:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    from sparktrain.train._executor.keras_model import split_inputs, to_prediction_np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.keras")
+        with open(path, "wb") as fh:
+            fh.write(model_bytes)
+        model = keras.models.load_model(path, compile=False)
+
+    def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
+        out = model(split_inputs(x_num, x_cat), training=False)
+        return to_prediction_np(np.asarray(out), inputs.task)
+
+    return predict
+
+
+def predict_batch(framework: str, model_bytes: bytes, inputs: InputSpec, x: Tuple[np.ndarray, np.ndarray],
+                  key: str = "") -> np.ndarray:
+    return get_predictor(framework, model_bytes, inputs, key)(*x)

@@ -1,0 +1,91 @@
+"""The barrier task: one per rank, run by ``mapInArrow(..., barrier=True)``.
+
+Flow (after xgboost.spark and TorchDistributor): learn the rank from
+``BarrierTaskContext``; rank 0 pre-binds the rendezvous port on its own
+address and every rank shares ``host/port`` through ``allGather``; then the
+framework worker trains.  Any exception is reported to the driver with the
+rank, host and full traceback, and re-raised with a parseable marker so the
+driver can rebuild it even when the progress channel is down.
+
+The closure captures only a :class:`WorkerSpec`; never an Estimator.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any, Callable, Dict, Iterator
+
+from sparktrain.train._executor.checkpoint import Checkpointer
+from sparktrain.train._executor.context import WorkerContext
+from sparktrain.train._executor.rendezvous import bind_free_port, confine_gloo, executor_host, free_port
+from sparktrain.train._executor.reporter import Reporter
+from sparktrain.train._executor.spec import WorkerSpec
+
+ERROR_MARKER = "@@SPARKTRAIN_WORKER_ERROR@@"
+RESULT_SCHEMA = "rank INT, host STRING, attempt INT, history STRING, model BINARY, param_digest STRING"
+
+
+def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function given to ``mapInArrow``; it captures ``spec`` only."""
+
+    def barrier_task(batches: Iterator[Any]) -> Iterator[Any]:
+        import os
+
+        import pyarrow as pa
+        from pyspark import BarrierTaskContext
+
+        for _ in batches:  # the input is one placeholder row per rank
+            pass
+        bctx = BarrierTaskContext.get()
+        rank = bctx.partitionId()
+        infos = bctx.getTaskInfos()
+        host = executor_host(infos[rank].address)
+        os.environ.update(spec.env)
+        reporter = Reporter(spec.progress_address, rank, host, spec.token)
+        checkpointer = Checkpointer(spec.store, spec.run_id)
+        # PySpark's TaskContext has no stage attempt number: count earlier launches in the run's log
+        # (read before allGather; rank 0 logs this launch only after it).
+        attempt = sum(1 for e in checkpointer.events() if e.get("event") in ("started", "resumed"))
+        listen = bind_free_port(host) if rank == 0 else None
+        try:
+            msg = json.dumps({"host": host, "port": listen.getsockname()[1] if listen else None,
+                              "aux": free_port(host)})
+            peers = [json.loads(m) for m in bctx.allGather(msg)]
+            confine_gloo(host)
+            same_host = [i for i, p in enumerate(peers) if p["host"] == host]
+            resources = bctx.resources()
+            ctx = WorkerContext(
+                rank=rank, world_size=len(peers), host=host, master_host=peers[0]["host"],
+                master_port=int(peers[0]["port"]), aux_port=int(peers[0]["aux"]),
+                attempt=attempt, checkpointer=checkpointer,
+                reporter=reporter, local_rank=same_host.index(rank), local_size=len(same_host),
+                listen_sock=listen, gpu_addresses=list(resources["gpu"].addresses) if "gpu" in resources else [])
+            result = _train(spec, ctx, peers)
+        except BaseException as exc:  # noqa: BLE001 - re-raised with context below
+            tb = traceback.format_exc()
+            detail = getattr(exc, "remote_traceback", None) or tb
+            reporter.send("error", message=f"{type(exc).__name__}: {exc}", traceback=detail)
+            payload = json.dumps({"rank": rank, "host": host, "message": f"{type(exc).__name__}: {exc}",
+                                  "traceback": detail})
+            raise RuntimeError(f"{ERROR_MARKER}{payload}{ERROR_MARKER}") from exc
+        finally:
+            reporter.close()
+            if listen is not None:
+                listen.close()
+        yield pa.RecordBatch.from_pylist([{
+            "rank": rank, "host": host, "attempt": attempt,
+            "history": json.dumps(result.get("history", [])), "model": result.get("model_bytes"),
+            "param_digest": result.get("param_digest", "")}],
+            schema=pa.schema([("rank", pa.int32()), ("host", pa.string()), ("attempt", pa.int32()),
+                              ("history", pa.string()), ("model", pa.binary()), ("param_digest", pa.string())]))
+
+    return barrier_task
+
+
+def _train(spec: WorkerSpec, ctx: WorkerContext, peers: list) -> Dict[str, Any]:
+    if spec.framework == "torch":
+        from sparktrain.train._executor import torch_worker
+        return torch_worker.train(spec, ctx)
+    from sparktrain.train._executor import keras_launch
+    return keras_launch.train_in_subprocess(spec, ctx, peers)

@@ -1,0 +1,141 @@
+"""Work out a model's inputs from a materialized dataset, without scanning the data.
+
+Float columns become numeric inputs and integer columns categorical indices;
+the cardinality of each index comes from ``features.json`` when the dataset was
+written by :mod:`sparktrain.features`, else from the Parquet row-group
+statistics (``max + 1``), so any Parquet that Spark writes works.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from sparktrain.errors import DatasetNotFoundError, MissingColumnError, SchemaError
+from sparktrain.train._executor.spec import InputSpec
+
+log = logging.getLogger(__name__)
+
+FEATURES_JSON = "features.json"
+
+
+def _parquet_files(path: str) -> List[str]:
+    out = []
+    for root, _, files in os.walk(path):
+        out += [os.path.join(root, f) for f in files if f.endswith(".parquet") and not f.startswith((".", "_"))]
+    return sorted(out)
+
+
+def column_stats(path: str) -> Dict[str, Dict[str, Any]]:
+    """``{column: {"type": arrow type, "min": .., "max": ..}}`` from Parquet footers only."""
+    import pyarrow.parquet as pq
+
+    files = _parquet_files(path)
+    if not files:
+        raise DatasetNotFoundError(f"no Parquet files under '{path}'; materialize the dataset first "
+                                   "(sparktrain preprocess CONFIG) or pass a DataFrame to fit()")
+    stats: Dict[str, Dict[str, Any]] = {}
+    for f in files:
+        pf = pq.ParquetFile(f)
+        schema = pf.schema_arrow
+        for name in schema.names:
+            entry = stats.setdefault(name, {"type": schema.field(name).type, "min": None, "max": None})
+            idx = schema.get_field_index(name)
+            for g in range(pf.metadata.num_row_groups):
+                col = pf.metadata.row_group(g).column(idx)
+                st = col.statistics
+                if st is None or not st.has_min_max:
+                    continue
+                entry["min"] = st.min if entry["min"] is None else min(entry["min"], st.min)
+                entry["max"] = st.max if entry["max"] is None else max(entry["max"], st.max)
+    return stats
+
+
+def read_features_json(dataset_root: str) -> Optional[Dict[str, Any]]:
+    p = os.path.join(dataset_root, FEATURES_JSON)
+    if os.path.isfile(p):
+        with open(p) as fh:
+            return json.load(fh)
+    return None
+
+
+def _cardinalities_from_features(meta: Optional[Dict[str, Any]]) -> Dict[str, int]:
+    """Output column -> embedding rows, from features.json (tolerant of its layout)."""
+    out: Dict[str, int] = {}
+    if not meta:
+        return out
+    for col in meta.get("columns", []) or []:
+        if isinstance(col, dict) and col.get("cardinality") is not None:
+            out[col["name"]] = int(col["cardinality"])
+    for feat in meta.get("features", []) or []:
+        for col in feat.get("outputs", []) or []:
+            if isinstance(col, dict) and col.get("cardinality") is not None:
+                out[col["name"]] = int(col["cardinality"])
+    return out
+
+
+def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] = None,
+                 categorical: Optional[Sequence[str]] = None, task: str = "auto",
+                 exclude: Sequence[str] = (), meta: Optional[Dict[str, Any]] = None) -> InputSpec:
+    """Build the :class:`InputSpec` for ``train_path``.
+
+    Parameters
+    ----------
+    train_path : str
+        Directory of the training split.
+    label : str
+        Label column; ``task='auto'`` picks binary for booleans or 0/1 integers,
+        multiclass for other integers, regression for floats.
+    numeric, categorical : sequence of str, optional
+        Explicit input columns; inferred from the schema when not given.
+    exclude : sequence of str
+        Columns never used as inputs (keys, ids).
+    meta : dict, optional
+        A parsed ``features.json`` giving index cardinalities.
+    """
+    import pyarrow as pa
+
+    stats = column_stats(train_path)
+    if label not in stats:
+        raise MissingColumnError(label, list(stats), where=f"the training data at '{train_path}' (labelCol)")
+    for col in [*(numeric or []), *(categorical or [])]:
+        if col not in stats:
+            raise MissingColumnError(col, list(stats), where=f"the training data at '{train_path}'")
+    skip = {label, *exclude}
+    if numeric is None:
+        numeric = [c for c, s in stats.items() if c not in skip and pa.types.is_floating(s["type"])]
+    if categorical is None:
+        categorical = [c for c, s in stats.items() if c not in skip and pa.types.is_integer(s["type"])]
+    cards = _cardinalities_from_features(meta)
+    cat: List[tuple] = []
+    for c in categorical:
+        if c in cards:
+            cat.append((c, cards[c]))
+            continue
+        mx = stats[c]["max"]
+        if mx is None:
+            raise SchemaError(f"categorical column '{c}' has no statistics to size its embedding; "
+                              "pass categoricalCols with data written by Spark (which records min/max)")
+        if stats[c]["min"] is not None and stats[c]["min"] < 0:
+            raise SchemaError(f"categorical column '{c}' has negative index {stats[c]['min']}; "
+                              "indices must be >= 0 (use StringIndexer or a categorical feature spec)")
+        cat.append((c, int(mx) + 1))
+    ltype = stats[label]["type"]
+    if task == "auto":
+        if pa.types.is_boolean(ltype):
+            task = "binary"
+        elif pa.types.is_integer(ltype):
+            task = "binary" if (stats[label]["max"] or 0) <= 1 else "multiclass"
+        elif pa.types.is_floating(ltype) and stats[label]["min"] == 0 and stats[label]["max"] == 1 \
+                and (meta or {}).get("task") == "binary":
+            task = "binary"
+        else:
+            task = "regression"
+    num_classes = int(stats[label]["max"]) + 1 if task == "multiclass" else 1
+    if not numeric and not cat:
+        raise SchemaError(f"no input columns found in '{train_path}': need float (numeric) or integer "
+                          f"(categorical index) columns besides the label '{label}'")
+    return InputSpec(numeric=tuple(numeric), categorical=tuple(cat), label=label, task=task,
+                     num_classes=num_classes)

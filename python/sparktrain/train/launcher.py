@@ -1,0 +1,112 @@
+"""Run one Spark barrier stage of ``num_workers`` training tasks and collect the result.
+
+The stage is ``spark.range(n, numPartitions=n).mapInArrow(task, schema, barrier=True)``:
+DataFrame API only (no RDDs), so the same code can target Spark Connect.
+Everything that differs under Connect lives in :mod:`sparktrain._internal.spark_compat`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence
+
+from sparktrain._internal import spark_compat
+from sparktrain.errors import TrainingError
+from sparktrain.train._executor.spec import WorkerSpec
+from sparktrain.train._executor.task import ERROR_MARKER, RESULT_SCHEMA, make_task
+from sparktrain.train.progress import ProgressServer, TrainingCallback
+
+log = logging.getLogger(__name__)
+
+_MARKER_RE = re.compile(re.escape(ERROR_MARKER) + r"(.*?)" + re.escape(ERROR_MARKER), re.S)
+_LOST_TASK_RE = re.compile(r"(?:Lost task|Task) (\d+)(?:\.\d+)? in stage")
+
+
+@dataclass
+class LaunchResult:
+    """What the barrier stage returned."""
+
+    history: List[Dict[str, float]]
+    model_bytes: bytes
+    param_digests: Dict[int, str]
+    attempts: int
+    seconds: float
+    first_step_s: Optional[float] = None
+    hosts: Dict[int, str] = field(default_factory=dict)
+
+
+class _FirstStep:
+    """A callback recording when the first metrics arrived (time-to-first-step)."""
+
+    def __init__(self) -> None:
+        self.t: Optional[float] = None
+
+    def on_step(self, epoch: int, step: int, metrics: Dict[str, float]) -> None:
+        if self.t is None:
+            self.t = time.perf_counter()
+
+    def on_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
+        if self.t is None:
+            self.t = time.perf_counter()
+
+
+def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True
+           ) -> LaunchResult:
+    """Train with ``spec.num_workers`` barrier tasks; raise :class:`TrainingError` on failure."""
+    t0 = time.perf_counter()
+    first = _FirstStep()
+    host = spark_compat.driver_host(spark)
+    server = ProgressServer(host, [first, *callbacks], epochs=spec.epochs, show_bar=show_bar) if host else None
+    try:
+        if server is not None:
+            spec = replace(spec, progress_address=server.address, token=server.token)
+        n = spec.num_workers
+        df = spark.range(0, n, 1, numPartitions=n).mapInArrow(make_task(spec), RESULT_SCHEMA, barrier=True)
+        try:
+            rows = df.collect()
+        except Exception as exc:  # py4j / PythonException / Connect errors
+            raise worker_error(exc, server.first_error() if server else None) from exc
+    finally:
+        if server is not None:
+            time.sleep(0.05)  # let the last events drain
+            server.close()
+    by_rank = {r["rank"]: r for r in rows}
+    rank0 = by_rank[0]
+    return LaunchResult(
+        history=json.loads(rank0["history"]), model_bytes=bytes(rank0["model"]),
+        param_digests={k: v["param_digest"] for k, v in by_rank.items()},
+        attempts=max(r["attempt"] for r in rows) + 1, seconds=time.perf_counter() - t0,
+        first_step_s=(first.t - t0) if first.t else None, hosts={k: v["host"] for k, v in by_rank.items()})
+
+
+def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> TrainingError:
+    """Rebuild the worker's failure (rank, host, traceback) from what reached the driver."""
+    text = str(exc)
+    match = _MARKER_RE.search(text)
+    if match:
+        try:
+            info = json.loads(match.group(1))
+            return TrainingError(info["message"], rank=info["rank"], host=info["host"],
+                                 remote_traceback=info["traceback"])
+        except (ValueError, KeyError):
+            pass
+    if reported:
+        return TrainingError(reported.get("message", "worker failed"), rank=reported.get("rank"),
+                             host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
+    lost = _LOST_TASK_RE.search(text)
+    rank = int(lost.group(1)) if lost else None
+    hint = ""
+    if "crashed" in text or "exited unexpectedly" in text or "EOFError" in text:
+        hint = (" (the Python worker process died, e.g. killed for memory or by os._exit; "
+                "raise spark.task.maxFailures, or use local[N,F] locally, to let training resume "
+                "from its last checkpoint)")
+    summary = text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
+    return TrainingError(summary + hint, rank=rank, host=None, remote_traceback=_tail(text))
+
+
+def _tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,152 @@
+"""Fitted models: Spark ML Transformers that score DataFrames in Arrow batches.
+
+``transform`` runs ``mapInArrow``: each Python worker loads the network once
+(cached by a digest of its bytes) and scores whole Arrow batches.  It adds
+``predictionCol`` (class index, or the value for regression) and, for
+classification, ``probabilityCol`` (probability of class 1 for binary, the
+class probabilities as ``array<double>`` for multiclass; Arrow-native rather
+than an ML Vector).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List, Optional
+
+from pyspark.ml import Model
+from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
+
+from sparktrain.errors import MissingColumnError, NotFittedError
+from sparktrain.train._executor.spec import InputSpec
+from sparktrain.train.params import _ModelParams
+
+
+class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
+    """A trained network plus the description of its inputs."""
+
+    def __init__(self, framework: str = "", model_bytes: Optional[bytes] = None,
+                 inputs: Optional[InputSpec] = None, history: Optional[List[Dict[str, float]]] = None,
+                 run_id: str = "") -> None:
+        super().__init__()
+        self.framework = framework
+        self.model_bytes = model_bytes
+        self.inputs = inputs
+        self.history = list(history or [])
+        self.run_id = run_id
+
+    def _require_fitted(self) -> None:
+        if not self.model_bytes or self.inputs is None:
+            raise NotFittedError(f"{type(self).__name__} has no trained network; call fit() or load() first")
+
+    def _output_schema(self, df):
+        from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+
+        fields = list(df.schema.fields) + [StructField(self.getPredictionCol(), DoubleType())]
+        if self.inputs.task == "binary":
+            fields.append(StructField(self.getProbabilityCol(), DoubleType()))
+        elif self.inputs.task == "multiclass":
+            fields.append(StructField(self.getProbabilityCol(), ArrayType(DoubleType())))
+        return StructType(fields)
+
+    def _transform(self, dataset):
+        self._require_fitted()
+        for col in self.inputs.columns:
+            if col not in dataset.columns:
+                raise MissingColumnError(col, dataset.columns, where="the DataFrame to score")
+        fn = make_scoring_function(self.framework, self.model_bytes, self.inputs,
+                                   self.getPredictionCol(), self.getProbabilityCol())
+        return dataset.mapInArrow(fn, self._output_schema(dataset))
+
+    def predict_numpy(self, batch: Dict[str, Any]):
+        """Score a dict of numpy arrays on the driver (small data, tests, notebooks)."""
+        from sparktrain.train._executor.batches import scoring_arrays
+        from sparktrain.train._executor.predict import get_predictor
+
+        self._require_fitted()
+        return get_predictor(self.framework, self.model_bytes, self.inputs)(*scoring_arrays(batch, self.inputs))
+
+    def write(self) -> MLWriter:
+        return _ModelWriter(self)
+
+    @classmethod
+    def read(cls) -> MLReader:
+        return _ModelReader(cls)
+
+
+def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec, prediction_col: str,
+                          probability_col: str):
+    """The ``mapInArrow`` function; it captures bytes and plain values only."""
+    from sparktrain.train._executor.predict import digest
+    key = digest(model_bytes)
+
+    def score(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        from sparktrain.train._executor.batches import scoring_arrays
+        from sparktrain.train._executor.predict import get_predictor
+
+        predict = get_predictor(framework, model_bytes, inputs, key)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            arrays = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in inputs.columns}
+            out = predict(*scoring_arrays(arrays, inputs))
+            cols = [batch.column(i) for i in range(batch.num_columns)]
+            names = list(batch.schema.names)
+            if inputs.task == "binary":
+                cols += [pa.array((out > 0.5).astype(np.float64)), pa.array(out.astype(np.float64))]
+                names += [prediction_col, probability_col]
+            elif inputs.task == "multiclass":
+                cols += [pa.array(np.argmax(out, axis=1).astype(np.float64)), pa.array(list(out))]
+                names += [prediction_col, probability_col]
+            else:
+                cols.append(pa.array(out.astype(np.float64)))
+                names.append(prediction_col)
+            yield pa.RecordBatch.from_arrays(cols, names=names)
+
+    return score
+
+
+class TorchModel(_DistributedModel):
+    """A PyTorch network trained by :class:`~sparktrain.train.estimator.TorchEstimator`."""
+
+
+class KerasModel(_DistributedModel):
+    """A Keras network trained by :class:`~sparktrain.train.estimator.KerasEstimator`."""
+
+
+class _ModelWriter(MLWriter):
+    def __init__(self, instance: _DistributedModel) -> None:
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        from sparktrain.train._executor.checkpoint import Store
+
+        m = self.instance
+        m._require_fitted()
+        extra = {"framework": m.framework, "inputs": m.inputs.to_dict(), "history": m.history, "run_id": m.run_id}
+        DefaultParamsWriter.saveMetadata(m, path, self.sparkSession, extraMetadata=extra)
+        Store(path).write_bytes("network/model.bin", m.model_bytes)
+
+
+class _ModelReader(MLReader):
+    def __init__(self, cls: type) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str) -> _DistributedModel:
+        from sparktrain.train._executor.checkpoint import Store
+
+        meta = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        model = self.cls(framework=meta["framework"], model_bytes=Store(path).read_bytes("network/model.bin"),
+                         inputs=InputSpec.from_dict(meta["inputs"]), history=meta.get("history", []),
+                         run_id=meta.get("run_id", ""))
+        model._resetUid(meta["uid"])
+        DefaultParamsReader.getAndSetParams(model, meta)
+        return model
+
+
+def history_json(model: _DistributedModel) -> str:
+    return json.dumps(model.history, indent=2)

@@ -1,0 +1,79 @@
+"""Driver-side checks before a barrier stage launches: fail before spending compute."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Optional
+
+from sparktrain._internal import spark_compat
+from sparktrain.errors import MissingDependencyError, PreflightError
+from sparktrain.train._executor.spec import WorkerSpec
+
+INSTALL = {
+    "torch": "pip install torch==2.13.0",
+    "tensorflow": "pip install tensorflow-cpu==2.21.0",
+    "horovod": "make horovod  (builds horovod==0.28.1 with -std=c++17 for torch)",
+}
+
+
+def check_slots(spark, num_workers: int) -> None:
+    """Barrier mode needs every rank scheduled at once (SPARK-24819 fails late otherwise)."""
+    slots = spark_compat.max_concurrent_tasks(spark)
+    if slots < num_workers:
+        raise PreflightError(
+            f"numWorkers = {num_workers}, but the cluster can run only {slots} task(s) at once "
+            f"(master {spark_compat.master(spark)}). Barrier mode needs all ranks at the same time: lower "
+            f"numWorkers (train.num_workers) to <= {slots}, or add slots (local[{num_workers}] locally; "
+            "spark.executor.instances x spark.executor.cores / spark.task.cpus on a cluster).")
+
+
+def check_dynamic_allocation(spark) -> None:
+    value = (spark_compat.conf_get(spark, "spark.dynamicAllocation.enabled", "false") or "false").lower()
+    if value == "true":
+        raise PreflightError(
+            "spark.dynamicAllocation.enabled = true: Spark refuses barrier stages with dynamic allocation. "
+            "Set spark.dynamicAllocation.enabled=false for the training job.")
+
+
+def check_framework(framework: str, backend: str) -> None:
+    module = {"torch": "torch", "keras": "tensorflow"}[framework]
+    if importlib.util.find_spec(module) is None:
+        raise MissingDependencyError(module, INSTALL[module], f"framework '{framework}'")
+    if backend == "horovod":
+        if framework == "keras":
+            raise PreflightError(
+                "backend 'horovod' with Keras is refused: with Keras 3, hvd.DistributedOptimizer inside "
+                "model.fit runs but silently does not average gradients. Use backend 'mwms' for Keras "
+                "(MultiWorkerMirroredStrategy) or framework 'torch' with horovod.")
+        if importlib.util.find_spec("horovod") is None:
+            raise MissingDependencyError("horovod", INSTALL["horovod"], "backend 'horovod'")
+
+
+def check_dataset(train_path: str, val_path: Optional[str]) -> None:
+    for name, path in (("training", train_path), ("validation", val_path)):
+        if path and "://" not in path and not os.path.isdir(path):
+            raise PreflightError(f"the {name} dataset '{path}' does not exist; run `sparktrain preprocess "
+                                 "CONFIG` first or pass a DataFrame to fit()")
+
+
+def check_picklable(spec: WorkerSpec) -> None:
+    """The task closure must pickle; user factories are the usual culprits."""
+    import cloudpickle
+
+    from sparktrain.train._executor.task import make_task
+    try:
+        cloudpickle.dumps(make_task(spec))
+    except Exception as exc:
+        raise PreflightError(f"the training function cannot be pickled for the executors: {exc}. "
+                             "Model/loss/optimizer factories must be plain functions or classes that do not "
+                             "capture a SparkSession, DataFrame, lock or open file.") from exc
+
+
+def run_all(spark, spec: WorkerSpec) -> None:
+    """Every check, cheapest first."""
+    check_framework(spec.framework, spec.backend)
+    check_dynamic_allocation(spark)
+    check_slots(spark, spec.num_workers)
+    check_dataset(spec.train_path, spec.val_path)
+    check_picklable(spec)
