@@ -91,7 +91,58 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         result.seconds["preprocess"] = time.perf_counter() - t0
         print("== preprocess")
         print(format_summary(result.preprocess))
+    if "train" in wanted:
+        t0 = time.perf_counter()
+        dataset = result.preprocess.path if result.preprocess is not None else cfg.output.path
+        result.train = train_stage(spark, cfg, dataset)
+        result.seconds["train"] = time.perf_counter() - t0
+        print("== train")
+        print(result.train.format())
     return result
+
+
+@dataclass
+class TrainResult:
+    """A fitted model with its test metrics and the MLlib baseline."""
+
+    model: Any
+    test: Dict[str, float]
+    baseline: Dict[str, float]
+    history: List[Dict[str, float]]
+    seconds: float
+
+    def format(self) -> str:
+        last = self.history[-1] if self.history else {}
+        lines = [f"epochs: {len(self.history)}  last epoch: " + "  ".join(
+            f"{k}={v:.4f}" for k, v in last.items() if k != "epoch")]
+        lines.append("test metrics:")
+        width = max((len(k) for k in (*self.test, *self.baseline)), default=8)
+        for k, v in self.test.items():
+            base = self.baseline.get(k)
+            extra = f"   (Spark MLlib LogisticRegression: {base:.4f})" if base is not None else ""
+            lines.append(f"  {k:<{width}}  {v:.4f}{extra}")
+        lines.append(f"time: {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+
+def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[Any] = (),
+                run_id: Optional[str] = None) -> TrainResult:
+    """Fit the ``train:`` section's estimator on a materialized dataset, then evaluate on its test split."""
+    import os
+
+    from sparktrain.train.evaluate import estimator_from_config, evaluate_model, logistic_baseline
+
+    t0 = time.perf_counter()
+    est = estimator_from_config(cfg.train, cfg.data.label, run_id=run_id).setCallbacks(list(callbacks))
+    model = est.fit(dataset_path)
+    test_path = os.path.join(dataset_path, "test")
+    test, baseline = {}, {}
+    if os.path.isdir(test_path):
+        test = evaluate_model(model, spark.read.parquet(test_path)).metrics
+        if cfg.train.compare_baseline and model.inputs.task == "binary":
+            baseline = logistic_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics
+    return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
+                       seconds=time.perf_counter() - t0)
 
 
 def _defined(cfg: JobConfig, stage: str) -> bool:
