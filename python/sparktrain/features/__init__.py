@@ -1,0 +1,48 @@
+"""Feature preprocessing: a declarative spec compiled into Spark ML stages, materialized to Parquet.
+
+Importing this package imports no pyspark, so :func:`transform_local` (the
+Spark-free scorer) works where only numpy and pyarrow are installed.  Names
+are resolved lazily on first access:
+
+* spec classes (``NumericFeature``, ``CategoricalFeature``, ...) and
+  ``parse_features`` (``sparktrain.features.spec``);
+* :func:`compile_pipeline`, :func:`plan_features` (``.compile``);
+* :func:`validate` (``.validate``);
+* :func:`materialize`, :func:`run_preprocess`, :func:`format_summary`,
+  ``PreprocessResult`` (``.materialize``);
+* :func:`transform_local` (``.local``);
+* the stages ``ColumnScaler``, ``VocabularyIndexer``, ``FlatFeatureAssembler``
+  and their models (``.stages``).
+
+See ``docs/features.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "NumericFeature": "spec", "CategoricalFeature": "spec", "DatetimeFeature": "spec",
+    "BooleanFeature": "spec", "CrossedFeature": "spec", "parse_features": "spec",
+    "compile_pipeline": "compile", "plan_features": "compile",
+    "validate": "validate",
+    "materialize": "materialize", "run_preprocess": "materialize", "format_summary": "materialize",
+    "PreprocessResult": "materialize",
+    "transform_local": "local",
+    "ColumnScaler": "stages", "ColumnScalerModel": "stages", "VocabularyIndexer": "stages",
+    "VocabularyIndexerModel": "stages", "FlatFeatureAssembler": "stages",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparktrain.features' has no attribute '{name}'")
+    return getattr(importlib.import_module(f"sparktrain.features.{module}"), name)
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,305 @@
+"""Compile a feature spec into a ``pyspark.ml.Pipeline``.
+
+The pipeline, in order:
+
+1. ``SQLTransformer`` *prepare*: every unfitted transform as a SQL expression
+   (casts, NaN/inf handling, constant impute, clip, log1p, crc32 hashing,
+   crossing, datetime parts and their sin/cos, booleans).
+2. ``Imputer`` (mean) and ``Imputer`` (median) for numeric features.
+3. ``QuantileDiscretizer`` for numeric ``buckets``.
+4. ``StringIndexer(handleInvalid="keep", stringOrderType="frequencyDesc")`` for
+   plain categoricals, :class:`~sparktrain.features.stages.VocabularyIndexer`
+   for those with ``min_frequency``/``max_vocab``.
+5. :class:`~sparktrain.features.stages.ColumnScaler` for ``standard``/``minmax``.
+6. :class:`~sparktrain.features.stages.FlatFeatureAssembler`: float32 and int32
+   output columns, plus the key and the label when present.
+
+Intermediate columns are named ``__st_<feature>__<step>`` and dropped by the
+assembler.  Output names (see :func:`plan_features`):
+
+===========  ===========================================================
+numeric      ``<name>`` float32; ``<name>_bucket`` int32 with ``buckets``
+categorical  ``<name>`` int32 (vocabulary index or hash bucket)
+crossed      ``<name>`` int32 (hash bucket)
+datetime     ``<name>_<part>`` int32; ``<name>_<part>_sin``/``_cos`` float32
+boolean      ``<name>`` float32 (1.0 / 0.0, null is 0.0)
+===========  ===========================================================
+
+:func:`plan_features` is pure Python (no Spark), so the layout is known before
+any Spark work and :mod:`sparktrain.features.metadata` can read it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from sparktrain.errors import ConfigError
+from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
+                                      FeatureSpec, NumericFeature)
+
+PREFIX = "__st_"  # == stages.INTERNAL_PREFIX (kept literal so this module imports without pyspark)
+
+#: Datetime part -> (number of distinct values, SQL expression of the part from ``secs`` and ``days``).
+#: Parts are computed from the UTC epoch, so they do not depend on the session time zone.
+DATETIME_PERIODS = {"hour": 24, "day_of_week": 7, "month": 12, "day_of_month": 31, "minute": 60}
+_PART_SQL = {
+    "hour": "pmod({secs}, 86400) div 3600",
+    "minute": "pmod({secs}, 3600) div 60",
+    "day_of_week": "pmod({days} + 3, 7)",  # 1970-01-01 was a Thursday; Monday = 0
+    "month": "month(date_from_unix_date(CAST({days} AS INT))) - 1",
+    "day_of_month": "dayofmonth(date_from_unix_date(CAST({days} AS INT))) - 1",
+}
+CROSS_SEPARATOR = "\x01"
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of the training-ready output."""
+
+    name: str
+    dtype: str  # "float32" or "int32"
+    feature: str
+    role: str  # value, bucket, index, <part>, <part>_sin, <part>_cos
+    internal: str  # the pipeline column it is cast from
+
+
+@dataclass(frozen=True)
+class FeaturePlan:
+    """The layout of a compiled pipeline: which intermediate column each step reads and writes."""
+
+    specs: Tuple[FeatureSpec, ...]
+    prepare: Dict[str, str] = field(default_factory=dict)  # intermediate column -> SQL expression
+    impute: Dict[str, List[Tuple[str, str]]] = field(default_factory=dict)  # strategy -> [(in, out)]
+    buckets: List[Tuple[str, str, int]] = field(default_factory=list)
+    string_index: List[Tuple[str, str]] = field(default_factory=list)
+    vocab_index: List[Tuple[str, str, CategoricalFeature]] = field(default_factory=list)
+    scale: List[Tuple[str, str, str]] = field(default_factory=list)
+    outputs: List[OutputColumn] = field(default_factory=list)
+    key: Optional[str] = None
+    label: Optional[str] = None
+
+    def internal(self, feature: str, step: str) -> str:
+        return f"{PREFIX}{feature}__{step}"
+
+    def outputs_of(self, feature: str) -> List[OutputColumn]:
+        return [o for o in self.outputs if o.feature == feature]
+
+
+def quote(name: str) -> str:
+    """A SQL identifier in backticks."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_double(value: float) -> str:
+    return f"CAST('{float(value)!r}' AS DOUBLE)"
+
+
+def sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def numeric_sql(spec: NumericFeature) -> str:
+    """The prepared double: cast, NaN/inf -> null (or an error), constant impute, clip, log1p."""
+    v = f"try_cast({quote(spec.source)} AS DOUBLE)"
+    finite = f"abs({v}) < CAST('Infinity' AS DOUBLE)"  # false for NaN and +-inf, null for null
+    if spec.on_invalid == "error":
+        msg = sql_string(f"column '{spec.source}' (feature '{spec.name}') has a NaN or infinite value; "
+                         f"set on_invalid: impute to treat them as missing, or clean the data")
+        x = f"CASE WHEN {v} IS NULL OR {finite} THEN {v} ELSE raise_error({msg}) END"
+    else:
+        x = f"IF({finite}, {v}, NULL)"
+    if spec.impute == "constant":
+        x = f"coalesce({x}, {sql_double(spec.impute_value)})"
+    if spec.clip is not None:
+        lo, hi = sql_double(spec.clip[0]), sql_double(spec.clip[1])
+        x = f"CASE WHEN {x} < {lo} THEN {lo} WHEN {x} > {hi} THEN {hi} ELSE {x} END"
+    if spec.log1p:
+        x = f"signum({x}) * log1p(abs({x}))"
+    return x
+
+
+def hash_sql(columns: Sequence[str], buckets: int) -> str:
+    """``pmod(crc32(utf8(value)), N)``; several columns are joined with ``\\x01``; null is ''."""
+    parts = [f"coalesce(CAST({quote(c)} AS STRING), '')" for c in columns]
+    text = parts[0] if len(parts) == 1 else f"concat_ws(chr(1), {', '.join(parts)})"
+    return f"CAST(pmod(crc32(CAST({text} AS BINARY)), {int(buckets)}) AS INT)"
+
+
+def datetime_sql(spec: DatetimeFeature) -> Dict[str, Tuple[str, Optional[str], Optional[str]]]:
+    """Per part: (index expression, sin expression, cos expression); null gives index = period, sin = cos = 0."""
+    secs = f"unix_seconds(try_cast({quote(spec.source)} AS TIMESTAMP))"
+    days = f"(({secs} - pmod({secs}, 86400)) div 86400)"
+    out = {}
+    for part in spec.parts:
+        period = DATETIME_PERIODS[part]
+        raw = _PART_SQL[part].format(secs=secs, days=days)
+        index = f"CAST(coalesce({raw}, {period}) AS INT)"
+        sin = cos = None
+        if spec.cyclical:
+            sin = f"coalesce(sin(2 * pi() * ({raw}) / {period}), CAST(0 AS DOUBLE))"
+            cos = f"coalesce(cos(2 * pi() * ({raw}) / {period}), CAST(0 AS DOUBLE))"
+        out[part] = (index, sin, cos)
+    return out
+
+
+def boolean_sql(spec: BooleanFeature) -> str:
+    return f"IF(coalesce(try_cast({quote(spec.source)} AS BOOLEAN), false), CAST(1 AS DOUBLE), CAST(0 AS DOUBLE))"
+
+
+def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None,
+                  label: Optional[str] = None) -> FeaturePlan:
+    """Lay out the pipeline for ``specs``: intermediate columns, stage inputs and output columns.
+
+    Raises :class:`ConfigError` when the spec is empty or two outputs (or an
+    output and the key/label) would share a name.
+    """
+    if not specs:
+        raise ConfigError("features", [], "list at least one feature, e.g. - {name: carrier, type: categorical}")
+    plan = FeaturePlan(specs=tuple(specs), key=key, label=label)
+    outs = plan.outputs
+
+    def add(name: str, dtype: str, feature: str, role: str, internal: str) -> None:
+        outs.append(OutputColumn(name, dtype, feature, role, internal))
+
+    for spec in specs:
+        n = spec.name
+        if isinstance(spec, NumericFeature):
+            prep = plan.internal(n, "prep")
+            plan.prepare[prep] = numeric_sql(spec)
+            value = prep
+            if spec.impute in ("mean", "median"):
+                value = plan.internal(n, "imp")
+                plan.impute.setdefault(spec.impute, []).append((prep, value))
+            if spec.buckets is not None:
+                plan.buckets.append((value, plan.internal(n, "bucket"), spec.buckets))
+            final = value
+            if spec.scale != "none":
+                final = plan.internal(n, "scaled")
+                plan.scale.append((value, final, spec.scale))
+            add(n, "float32", n, "value", final)
+            if spec.buckets is not None:
+                add(f"{n}_bucket", "int32", n, "bucket", plan.internal(n, "bucket"))
+        elif isinstance(spec, CategoricalFeature):
+            idx = plan.internal(n, "idx")
+            if spec.hash_buckets is not None:
+                plan.prepare[idx] = hash_sql([spec.source], spec.hash_buckets)
+            else:
+                text = plan.internal(n, "str")
+                plan.prepare[text] = f"CAST({quote(spec.source)} AS STRING)"
+                if spec.min_frequency == 1 and spec.max_vocab is None:
+                    plan.string_index.append((text, idx))
+                else:
+                    plan.vocab_index.append((text, idx, spec))
+            add(n, "int32", n, "index", idx)
+        elif isinstance(spec, CrossedFeature):
+            idx = plan.internal(n, "idx")
+            plan.prepare[idx] = hash_sql(spec.columns, spec.hash_buckets)
+            add(n, "int32", n, "index", idx)
+        elif isinstance(spec, DatetimeFeature):
+            for part, (index, sin, cos) in datetime_sql(spec).items():
+                plan.prepare[plan.internal(n, part)] = index
+                add(f"{n}_{part}", "int32", n, part, plan.internal(n, part))
+                if sin is not None and cos is not None:
+                    plan.prepare[plan.internal(n, f"{part}_sin")] = sin
+                    plan.prepare[plan.internal(n, f"{part}_cos")] = cos
+                    add(f"{n}_{part}_sin", "float32", n, f"{part}_sin", plan.internal(n, f"{part}_sin"))
+                    add(f"{n}_{part}_cos", "float32", n, f"{part}_cos", plan.internal(n, f"{part}_cos"))
+        elif isinstance(spec, BooleanFeature):
+            prep = plan.internal(n, "prep")
+            plan.prepare[prep] = boolean_sql(spec)
+            add(n, "float32", n, "value", prep)
+        else:  # pragma: no cover - parse_features only builds the classes above
+            raise ConfigError(f"features.{getattr(spec, 'name', '?')}", spec, "unknown feature type")
+    seen: Dict[str, str] = {}
+    reserved = {c: role for c, role in ((key, "data.key"), (label, "data.label")) if c}
+    for o in outs:
+        if o.name in reserved:
+            raise ConfigError(f"features.{o.feature}", o.name,
+                              f"output column '{o.name}' would overwrite {reserved[o.name]}; rename the feature")
+        if o.name in seen:
+            raise ConfigError(f"features.{o.feature}", o.name,
+                              f"output column '{o.name}' is also produced by feature '{seen[o.name]}'; "
+                              f"rename one of them")
+        seen[o.name] = o.feature
+    return plan
+
+
+def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, label: Optional[str] = None,
+                     keep_input_cols: bool = False):
+    """Build the (unfitted) ``pyspark.ml.Pipeline`` for a feature spec.
+
+    Parameters
+    ----------
+    specs : sequence of FeatureSpec
+        From ``JobConfig.features`` or :func:`sparktrain.features.spec.parse_features`.
+    key, label : str, optional
+        Passed through by the final stage when present in the data.
+    keep_input_cols : bool
+        Keep the raw columns next to the outputs (for use inside a larger Pipeline).
+
+    Returns
+    -------
+    pyspark.ml.Pipeline
+
+    Examples
+    --------
+    >>> from sparktrain.features.spec import parse_features
+    >>> specs = parse_features([{"name": "carrier", "type": "categorical"},
+    ...                         {"name": "distance", "type": "numeric", "log1p": True}])
+    >>> model = compile_pipeline(specs, label="late").fit(train_df)   # doctest: +SKIP
+    >>> model.transform(raw_df).columns                               # doctest: +SKIP
+    ['late', 'distance', 'carrier']
+    """
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import Imputer, QuantileDiscretizer, SQLTransformer, StringIndexer
+
+    from sparktrain.features.stages import ColumnScaler, FlatFeatureAssembler, VocabularyIndexer
+
+    plan = plan_features(specs, key=key, label=label)
+    stages: list = []
+    selects = ", ".join(f"{expr} AS {quote(col)}" for col, expr in plan.prepare.items())
+    stages.append(SQLTransformer(statement=f"SELECT *, {selects} FROM __THIS__"))
+    for strategy in ("mean", "median"):
+        pairs = plan.impute.get(strategy)
+        if pairs:
+            stages.append(Imputer(strategy=strategy, inputCols=[a for a, _ in pairs],
+                                  outputCols=[b for _, b in pairs]))
+    if plan.buckets:
+        stages.append(QuantileDiscretizer(inputCols=[a for a, _, _ in plan.buckets],
+                                          outputCols=[b for _, b, _ in plan.buckets],
+                                          numBucketsArray=[n for _, _, n in plan.buckets], handleInvalid="keep"))
+    if plan.string_index:
+        stages.append(StringIndexer(inputCols=[a for a, _ in plan.string_index],
+                                    outputCols=[b for _, b in plan.string_index],
+                                    handleInvalid="keep", stringOrderType="frequencyDesc"))
+    if plan.vocab_index:
+        stages.append(VocabularyIndexer(
+            inputCols=[a for a, _, _ in plan.vocab_index], outputCols=[b for _, b, _ in plan.vocab_index],
+            minFrequencies=[s.min_frequency for _, _, s in plan.vocab_index],
+            maxVocabSizes=[s.max_vocab or 0 for _, _, s in plan.vocab_index],
+            vocabLimits=[s.vocab_limit for _, _, s in plan.vocab_index]))
+    if plan.scale:
+        stages.append(ColumnScaler(inputCols=[a for a, _, _ in plan.scale], outputCols=[b for _, b, _ in plan.scale],
+                                   methods=[m for _, _, m in plan.scale]))
+    floats = [o for o in plan.outputs if o.dtype == "float32"]
+    ints = [o for o in plan.outputs if o.dtype == "int32"]
+    stages.append(FlatFeatureAssembler(
+        floatInputCols=[o.internal for o in floats], floatOutputCols=[o.name for o in floats],
+        intInputCols=[o.internal for o in ints], intOutputCols=[o.name for o in ints],
+        keyCol=key or "", labelCol=label or "", keepInputCols=keep_input_cols))
+    return Pipeline(stages=stages)
+
+
+def source_columns(specs: Sequence[FeatureSpec]) -> List[str]:
+    """The raw columns a spec reads, in first-use order."""
+    cols: List[str] = []
+    for spec in specs:
+        for c in (spec.columns if isinstance(spec, CrossedFeature) else (spec.source,)):
+            if c not in cols:
+                cols.append(c)
+    return cols
+
+
+__all__ = ["FeaturePlan", "OutputColumn", "plan_features", "compile_pipeline", "source_columns",
+           "DATETIME_PERIODS", "CROSS_SEPARATOR", "PREFIX"]

@@ -1,0 +1,267 @@
+"""Materialize a job's features: split, validate, fit, transform, write Parquet, atomically.
+
+:func:`materialize` does, in this order (each step logged with its rows and seconds):
+
+1. **stage input**: one pass over the source that assigns each row its split
+   (``pmod(xxhash64(seed, key), 10000)`` against the split fractions, so the
+   same key lands in the same split on every run and every cluster size),
+   writes the columns the spec reads to ``_raw/`` partitioned by split, and,
+   through ``DataFrame.observe``, runs every data check of
+   :mod:`sparktrain.features.validate` in the same pass.  An expensive source
+   (CSV plus joins) is read once; every later pass reads narrow Parquet.
+2. **validate**: raise on bad input before any fitting.
+3. **fit** the compiled ``Pipeline`` on the train split only.
+4. **write** each split with :func:`sparktrain.data.manifest.write_parquet`
+   (row groups of ``output.row_group_rows``, ``output.compression``, a
+   ``_manifest.json`` per split), then ``pipeline_model/`` and ``features.json``.
+
+Everything goes to a staging folder that :func:`sparktrain.data.manifest.atomic_dir`
+renames to ``output.path`` only at the end, so a failed run leaves nothing
+that looks complete.  Layout::
+
+    <output.path>/
+      train/ validation/ test/     Parquet + _manifest.json
+      pipeline_model/               the fitted PipelineModel (PipelineModel.load)
+      features.json                 see sparktrain.features.metadata
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Optional
+
+from sparktrain.config import JobConfig, SplitConfig
+from sparktrain.features import metadata as md
+from sparktrain.features.compile import compile_pipeline, plan_features, quote, source_columns
+from sparktrain.features.validate import check_results, check_schema, validation_aggregates
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+SPLIT_BUCKETS = 10_000
+SPLIT_COLUMN = "sparktrain_split"
+PIPELINE_DIR = "pipeline_model"
+RAW_DIR = "_raw"
+
+
+@dataclass(frozen=True)
+class PreprocessResult:
+    """What :func:`materialize` wrote.
+
+    Attributes
+    ----------
+    path : str
+        The dataset folder (``output.path``).
+    row_counts : mapping
+        Rows per split (``train``, ``validation``, ``test``).
+    manifests : mapping
+        The ``_manifest.json`` of each split (files, row groups, schema, digest).
+    features_json : str
+        Path of ``features.json``.
+    pipeline_model : str
+        Path of the saved ``PipelineModel``.
+    timings : mapping
+        Seconds per step, and ``total``.
+    features : mapping
+        The content of ``features.json``.
+    """
+
+    path: str
+    row_counts: Mapping[str, int]
+    manifests: Mapping[str, Mapping[str, Any]] = field(repr=False)
+    features_json: str
+    pipeline_model: str
+    timings: Mapping[str, float]
+    features: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+    def split_path(self, split: str) -> str:
+        """Folder of one split's Parquet files."""
+        return posixpath.join(self.path, split)
+
+
+def split_expression(key: str, split: SplitConfig) -> str:
+    """SQL that names the split of a row from its key alone (deterministic everywhere)."""
+    bucket = f"pmod(xxhash64(CAST({int(split.seed)} AS BIGINT), {quote(key)}), {SPLIT_BUCKETS})"
+    train_hi = round(split.train * SPLIT_BUCKETS)
+    val_hi = round((split.train + split.validation) * SPLIT_BUCKETS)
+    return (f"CASE WHEN {bucket} < {train_hi} THEN 'train' WHEN {bucket} < {val_hi} THEN 'validation' "
+            f"ELSE 'test' END")
+
+
+@contextmanager
+def _step(name: str, timings: Dict[str, float]) -> Iterator[Dict[str, Any]]:
+    info: Dict[str, Any] = {}
+    log.info("preprocess: %s ...", name)
+    t0 = time.perf_counter()
+    yield info
+    timings[name] = time.perf_counter() - t0
+    rows = f", {info['rows']:,} rows" if "rows" in info else ""
+    log.info("preprocess: %s done in %.1f s%s", name, timings[name], rows)
+
+
+def materialize(spark: Any, cfg: JobConfig, df: Any = None) -> PreprocessResult:
+    """Fit the job's features on its train split and write all splits to Parquet.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    cfg : JobConfig
+        Uses ``data`` (source, key, label), ``features``, ``split`` and ``output``.
+    df : DataFrame, optional
+        The raw input; loaded from ``cfg.data`` when omitted.
+
+    Returns
+    -------
+    PreprocessResult
+
+    Raises
+    ------
+    ConfigError, MissingColumnError, SchemaError
+        Before any Spark job.
+    DataError
+        After the first pass, before fitting (see :mod:`sparktrain.features.validate`).
+
+    Examples
+    --------
+    >>> cfg = load_config("conf/flights.yaml")           # doctest: +SKIP
+    >>> result = materialize(spark, cfg)                 # doctest: +SKIP
+    >>> result.row_counts                                # doctest: +SKIP
+    {'train': 261864, 'validation': 32776, 'test': 32706}
+    """
+    from pyspark.ml import PipelineModel  # noqa: F401  (fail early when pyspark.ml is missing)
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import atomic_dir, write_parquet
+
+    t_start = time.perf_counter()
+    timings: Dict[str, float] = {}
+    source = "<DataFrame>" if df is not None else cfg.data.source
+    key, label = cfg.data.key, cfg.data.label
+    specs = cfg.features
+    plan = plan_features(specs, key=key, label=label)  # config errors first
+    if df is None:
+        from sparktrain.datasets import load_source
+        df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
+    types = check_schema(df.schema, specs, key, label)
+    needed = _unique(source_columns(specs) + [key, label])
+    pipeline = compile_pipeline(specs, key=key, label=label)
+    timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
+    out = cfg.output
+    manifests: Dict[str, Dict[str, Any]] = {}
+    with atomic_dir(out.path, overwrite=out.overwrite) as staging:
+        raw = posixpath.join(staging, RAW_DIR)
+        with _step("stage input + validate", timings) as info:
+            obs = Observation("sparktrain_preprocess")
+            split_counts = [F.expr(f"count_if({SPLIT_COLUMN} = '{s}')").alias(f"split_{s}") for s in SPLITS]
+            staged = (df.select(*[F.col(quote(c)) for c in needed])
+                      .withColumn(SPLIT_COLUMN, F.expr(split_expression(key, cfg.split)))
+                      .observe(obs, *validation_aggregates(types, specs, key, label), *split_counts))
+            staged.write.partitionBy(SPLIT_COLUMN).parquet(raw)
+            values = obs.get
+            info["rows"] = int(values["rows"])
+        report = check_results(values, specs, label, types)
+        counts = {s: int(values[f"split_{s}"]) for s in SPLITS}
+        log.info("preprocess: input checked (%s rows): split %s", f"{report.rows:,}", counts)
+        raw_schema = spark.read.parquet(raw).drop(SPLIT_COLUMN).schema
+
+        def read_split(split: str):
+            if counts[split] == 0:
+                return spark.createDataFrame([], raw_schema)
+            return spark.read.parquet(posixpath.join(raw, f"{SPLIT_COLUMN}={split}"))
+
+        with _step("fit on train", timings) as info:
+            model = pipeline.fit(read_split("train"))
+            info["rows"] = counts["train"]
+        meta = md.build_metadata(plan, md.fitted_values(model), schema=types, timezone=timezone)
+        md.check_vocabularies(meta)
+        model.write().save(posixpath.join(staging, PIPELINE_DIR))
+        for split in SPLITS:
+            with _step(f"write {split}", timings) as info:
+                manifests[split] = write_parquet(
+                    model.transform(read_split(split)), posixpath.join(staging, split),
+                    row_group_rows=out.row_group_rows, compression=out.compression,
+                    extra={"split": split, "features_json": "../" + md.FILE_NAME})
+                info["rows"] = manifests[split]["num_rows"]
+        meta["dataset"] = {
+            "splits": {s: {"path": s, "rows": manifests[s]["num_rows"], "digest": manifests[s]["digest"]}
+                       for s in SPLITS},
+            "split": {"key": key, "seed": cfg.split.seed, "buckets": SPLIT_BUCKETS,
+                      "fractions": {"train": cfg.split.train, "validation": cfg.split.validation,
+                                    "test": cfg.split.test},
+                      "expression": split_expression(key, cfg.split)},
+            "pipeline_model": PIPELINE_DIR,
+            "source": source,
+            "scale": cfg.data.scale if source == cfg.data.source else None,
+        }
+        _write_text(posixpath.join(staging, md.FILE_NAME), md.dumps(meta))
+        _delete_dir(raw)
+    timings["total"] = time.perf_counter() - t_start
+    result = PreprocessResult(
+        path=out.path, row_counts={s: manifests[s]["num_rows"] for s in SPLITS}, manifests=manifests,
+        features_json=posixpath.join(out.path, md.FILE_NAME),
+        pipeline_model=posixpath.join(out.path, PIPELINE_DIR), timings=dict(timings), features=meta)
+    log.info("preprocess: wrote %s in %.1f s", out.path, timings["total"])
+    return result
+
+
+def run_preprocess(spark: Any, cfg: JobConfig) -> PreprocessResult:
+    """The ``sparktrain preprocess CONFIG`` entry: load ``cfg.data`` and :func:`materialize` it."""
+    return materialize(spark, cfg)
+
+
+def format_summary(result: PreprocessResult) -> str:
+    """A short human-readable report of a :class:`PreprocessResult`."""
+    meta = result.features
+    lines = [f"dataset       {result.path}"]
+    total = sum(result.row_counts.values()) or 1
+    for s in SPLITS:
+        n = result.row_counts.get(s, 0)
+        files = len(result.manifests.get(s, {}).get("files", []))
+        lines.append(f"  {s:<11} {n:>12,} rows ({n / total:6.1%}), {files} file(s)")
+    if meta:
+        lines.append(f"features      {len(meta['features'])} -> {len(meta['float_columns'])} float32 + "
+                     f"{len(meta['int_columns'])} int32 columns")
+        cats = [f"{c['name']}={c['cardinality']}" for c in meta["columns"] if c["dtype"] == "int32"]
+        if cats:
+            lines.append(f"  cardinality {', '.join(cats)}")
+    lines.append(f"features.json {result.features_json}")
+    lines.append(f"pipeline      {result.pipeline_model}")
+    steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
+    rows_s = total / result.timings["total"] if result.timings.get("total") else 0.0
+    lines.append(f"timings       {steps} ({rows_s:,.0f} rows/s)")
+    return "\n".join(lines)
+
+
+def _unique(items: List[Optional[str]]) -> List[str]:
+    out: List[str] = []
+    for x in items:
+        if x and x not in out:
+            out.append(x)
+    return out
+
+
+def _fs(path: str):
+    import pyarrow.fs as pafs
+    if "://" in path:
+        return pafs.FileSystem.from_uri(path)
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def _write_text(path: str, text: str) -> None:
+    fs, inner = _fs(path)
+    with fs.open_output_stream(inner) as fh:
+        fh.write(text.encode("utf-8"))
+
+
+def _delete_dir(path: str) -> None:
+    fs, inner = _fs(path)
+    fs.delete_dir(inner)
+
+
+__all__ = ["PreprocessResult", "materialize", "run_preprocess", "format_summary", "split_expression", "SPLITS"]

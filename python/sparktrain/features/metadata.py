@@ -1,0 +1,231 @@
+"""``features.json``: everything a trainer or a non-Spark scorer needs about the features.
+
+It is built from the fitted ``PipelineModel`` and the spec, and it is enough
+to re-apply every transform without Spark (:mod:`sparktrain.features.local`).
+Layout (``format: sparktrain.features/1``)::
+
+    {
+      "format": "sparktrain.features/1",
+      "key": "flight_id",
+      "label": {"column": "late", "dtype": "float32", "source_dtype": "boolean"},
+      "task": "binary",                              # from the label's type: binary/regression/null
+      "timezone": "UTC",
+      "float_columns": ["dep_delay", ...],          # float32 outputs, in Parquet order
+      "int_columns": ["carrier", ...],              # int32 outputs, in Parquet order
+      "columns": [{"name": "carrier", "dtype": "int32", "feature": "carrier", "role": "index",
+                   "cardinality": 17}, ...],         # cardinality: embedding rows (int32 only)
+      "features": [
+        {"name": "dep_delay", "type": "numeric", "source": "dep_delay", "on_invalid": "impute",
+         "impute": {"strategy": "median", "value": -0.69},   # value in the clipped/log1p space;
+                                                             # constant: in raw units, applied before clip
+         "clip": [-60.0, 600.0], "log1p": true,
+         "scale": {"method": "standard", "offset": 1.2, "scale": 2.3, "mean": 1.2, "std": 2.3},
+         "buckets": {"column": "dep_delay_bucket", "splits": [-inf, ..., inf], "num_buckets": 4},
+         "outputs": ["dep_delay"]},
+        {"name": "carrier", "type": "categorical", "source": "carrier", "encoding": "vocabulary",
+         "vocabulary": ["UA", "B6", ...], "vocab_size": 16, "reserved_index": 16, "num_indices": 17,
+         "min_frequency": 1, "max_vocab": null, "outputs": ["carrier"]},
+        {"name": "tailnum", "type": "categorical", "encoding": "hash",
+         "hash": {"function": "crc32", "buckets": 1024, "null_as": ""}, "num_indices": 1024, ...},
+        {"name": "carrier_x_origin", "type": "crossed", "columns": ["carrier", "origin"],
+         "hash": {"function": "crc32", "buckets": 64, "null_as": "", "separator": "\\u0001"}, ...},
+        {"name": "sched_departure", "type": "datetime", "source": "sched_departure", "cyclical": true,
+         "parts": [{"part": "hour", "column": "sched_departure_hour", "period": 24, "null_index": 24,
+                    "sin": "sched_departure_hour_sin", "cos": "sched_departure_hour_cos"}, ...]},
+        {"name": "x", "type": "boolean", "source": "x", "outputs": ["x"]}
+      ]
+    }
+
+Non-finite floats (the outer bucket splits) are written as JSON ``-Infinity`` /
+``Infinity``, which Python's ``json`` reads back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Mapping, Optional
+
+from sparktrain.errors import DataError
+from sparktrain.features.compile import CROSS_SEPARATOR, DATETIME_PERIODS, FeaturePlan
+from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
+                                      NumericFeature)
+
+FORMAT = "sparktrain.features/1"
+FILE_NAME = "features.json"
+
+
+def fitted_values(model: Any) -> Dict[str, Dict[str, Any]]:
+    """Read what each fitted stage learned, keyed by its input column.
+
+    Returns ``{"impute": {col: value}, "splits": {col: [...]}, "labels": {col: [...]},
+    "scale": {col: (method, offset, scale)}}``.  Only small per-column
+    statistics reach the driver.
+    """
+    from pyspark.ml.feature import Bucketizer, ImputerModel, StringIndexerModel
+
+    from sparktrain.features.stages import ColumnScalerModel, VocabularyIndexerModel
+
+    out: Dict[str, Dict[str, Any]] = {"impute": {}, "splits": {}, "labels": {}, "scale": {}}
+    for stage in model.stages:
+        if isinstance(stage, ImputerModel):
+            row = stage.surrogateDF.first()  # one row: a surrogate per column
+            for c in stage.getInputCols():
+                out["impute"][c] = float(row[c])
+        elif isinstance(stage, Bucketizer):
+            for c, splits in zip(stage.getInputCols(), stage.getSplitsArray()):
+                out["splits"][c] = [float(s) for s in splits]
+        elif isinstance(stage, StringIndexerModel):
+            for c, labels in zip(stage.getInputCols(), stage.labelsArray):
+                out["labels"][c] = list(labels)
+        elif isinstance(stage, VocabularyIndexerModel):
+            for c, labels in zip(stage.getInputCols(), stage.getLabelsArray()):
+                out["labels"][c] = list(labels)
+        elif isinstance(stage, ColumnScalerModel):
+            for c, m, o, s in zip(stage.getInputCols(), stage.getMethods(), stage.getOffsets(), stage.getScales()):
+                out["scale"][c] = (m, float(o), float(s))
+    return out
+
+
+def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
+                   schema: Optional[Mapping[str, str]] = None, timezone: str = "UTC",
+                   extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """Assemble the ``features.json`` dict.
+
+    Parameters
+    ----------
+    plan : FeaturePlan
+        From :func:`sparktrain.features.compile.plan_features`.
+    fitted : mapping
+        From :func:`fitted_values`.
+    schema : mapping, optional
+        Raw column name -> Spark type name (``simpleString``), recorded as ``source_dtype``.
+    timezone : str
+        The session time zone (string timestamps without an offset are read in it).
+    extra : mapping, optional
+        More top-level keys (the split, row counts...).
+    """
+    schema = dict(schema or {})
+    features: List[Dict[str, Any]] = []
+    cardinality: Dict[str, int] = {}
+    for spec in plan.specs:
+        n = spec.name
+        outputs = [o.name for o in plan.outputs_of(n)]
+        entry: Dict[str, Any] = {"name": n, "type": spec.type}
+        if not isinstance(spec, CrossedFeature):
+            entry["source"] = spec.source
+            entry["source_dtype"] = schema.get(spec.source)
+        if isinstance(spec, NumericFeature):
+            prep = plan.internal(n, "prep")
+            value_col = plan.internal(n, "imp") if spec.impute in ("mean", "median") else prep
+            impute: Dict[str, Any] = {"strategy": spec.impute}
+            impute["value"] = (float(spec.impute_value) if spec.impute == "constant"
+                               else fitted["impute"][prep])
+            entry.update(on_invalid=spec.on_invalid, impute=impute,
+                         clip=list(spec.clip) if spec.clip is not None else None, log1p=spec.log1p)
+            if spec.scale == "none":
+                entry["scale"] = {"method": "none"}
+            else:
+                method, offset, scale = fitted["scale"][value_col]
+                names = ("mean", "std") if method == "standard" else ("min", "range")
+                entry["scale"] = {"method": method, "offset": offset, "scale": scale,
+                                  names[0]: offset, names[1]: scale}
+            if spec.buckets is not None:
+                splits = fitted["splits"][value_col]
+                entry["buckets"] = {"column": f"{n}_bucket", "requested": spec.buckets, "splits": splits,
+                                    "num_buckets": len(splits) - 1}
+                # handleInvalid="keep" reserves one more index (NaN); imputed values never use it
+                cardinality[f"{n}_bucket"] = len(splits)
+        elif isinstance(spec, CategoricalFeature):
+            if spec.hash_buckets is not None:
+                entry.update(encoding="hash", hash={"function": "crc32", "buckets": spec.hash_buckets,
+                                                    "null_as": ""}, num_indices=spec.hash_buckets)
+            else:
+                vocab = fitted["labels"][plan.internal(n, "str")]
+                entry.update(encoding="vocabulary", vocabulary=vocab, vocab_size=len(vocab),
+                             reserved_index=len(vocab), num_indices=len(vocab) + 1,
+                             min_frequency=spec.min_frequency, max_vocab=spec.max_vocab,
+                             vocab_limit=spec.vocab_limit)
+            cardinality[n] = entry["num_indices"]
+        elif isinstance(spec, CrossedFeature):
+            entry.update(columns=list(spec.columns), source_dtypes=[schema.get(c) for c in spec.columns],
+                         hash={"function": "crc32", "buckets": spec.hash_buckets, "null_as": "",
+                               "separator": CROSS_SEPARATOR}, num_indices=spec.hash_buckets)
+            cardinality[n] = spec.hash_buckets
+        elif isinstance(spec, DatetimeFeature):
+            parts = []
+            for part in spec.parts:
+                period = DATETIME_PERIODS[part]
+                item: Dict[str, Any] = {"part": part, "column": f"{n}_{part}", "period": period,
+                                        "null_index": period}
+                if spec.cyclical:
+                    item.update(sin=f"{n}_{part}_sin", cos=f"{n}_{part}_cos")
+                parts.append(item)
+                cardinality[f"{n}_{part}"] = period + 1
+            entry.update(cyclical=spec.cyclical, parts=parts)
+        elif isinstance(spec, BooleanFeature):
+            pass
+        entry["outputs"] = outputs
+        features.append(entry)
+    columns = []
+    for o in plan.outputs:
+        col: Dict[str, Any] = {"name": o.name, "dtype": o.dtype, "feature": o.feature, "role": o.role}
+        if o.dtype == "int32":
+            col["cardinality"] = cardinality[o.name]
+        columns.append(col)
+    label, task = None, None
+    if plan.label:
+        src = schema.get(plan.label)
+        label = {"column": plan.label, "source_dtype": src, "dtype": _label_dtype(src)}
+        # a boolean label is written as float32 0/1; the trainer cannot tell that from the Parquet alone
+        task = {"boolean": "binary", "float": "regression", "double": "regression"}.get(src or "")
+    meta: Dict[str, Any] = {
+        "format": FORMAT,
+        "key": plan.key,
+        "label": label,
+        "task": task,
+        "timezone": timezone,
+        "float_columns": [o.name for o in plan.outputs if o.dtype == "float32"],
+        "int_columns": [o.name for o in plan.outputs if o.dtype == "int32"],
+        "columns": columns,
+        "features": features,
+    }
+    meta.update(extra or {})
+    return meta
+
+
+def _label_dtype(spark_type: Optional[str]) -> Optional[str]:
+    if spark_type is None:
+        return None
+    if spark_type in ("boolean", "float", "double") or spark_type.startswith("decimal"):
+        return "float32"
+    if spark_type in ("tinyint", "smallint", "int", "bigint"):
+        return "int32"
+    return spark_type
+
+
+def check_vocabularies(meta: Mapping[str, Any]) -> None:
+    """Raise :class:`DataError` when a fitted vocabulary is larger than its ``vocab_limit``."""
+    for f in meta["features"]:
+        if f.get("encoding") == "vocabulary" and f["max_vocab"] is None and f["vocab_size"] > f["vocab_limit"]:
+            raise DataError(
+                f"column '{f['source']}' (feature '{f['name']}') has {f['vocab_size']} distinct values, over its "
+                f"vocab_limit={f['vocab_limit']}. Set max_vocab to keep the most frequent ones, raise min_frequency "
+                f"or vocab_limit, or use hash_buckets: N.")
+
+
+def dumps(meta: Mapping[str, Any]) -> str:
+    """JSON text of ``features.json`` (infinite floats as ``Infinity``)."""
+    return json.dumps(meta, indent=1, allow_nan=True)
+
+
+def load(path_or_text: str) -> Dict[str, Any]:
+    """Read ``features.json`` from a path (or parse JSON text starting with ``{``)."""
+    text = path_or_text if path_or_text.lstrip().startswith("{") else open(path_or_text).read()
+    meta = json.loads(text)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DataError(f"not a {FORMAT} file (format={meta.get('format') if isinstance(meta, dict) else None!r}); "
+                        f"regenerate it with sparktrain preprocess")
+    return meta
+
+
+__all__ = ["FORMAT", "FILE_NAME", "fitted_values", "build_metadata", "check_vocabularies", "dumps", "load"]

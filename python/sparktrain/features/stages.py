@@ -1,0 +1,419 @@
+"""Our own Spark ML stages, for what ``pyspark.ml.feature`` lacks.
+
+* :class:`ColumnScaler` / :class:`ColumnScalerModel`: standard or min-max
+  scaling of flat double columns (Spark's scalers need a vector column).
+* :class:`VocabularyIndexer` / :class:`VocabularyIndexerModel`: a
+  ``StringIndexer`` with a minimum frequency, a maximum vocabulary size and a
+  hard limit, fitted in one shuffle.
+* :class:`FlatFeatureAssembler`: the last stage; selects and casts the
+  training-ready columns (float32 values, int32 indices, key and label).
+
+Each is a ``Params`` stage with typed params, persisted with
+``DefaultParamsWritable``/``DefaultParamsReadable``, so a fitted
+``PipelineModel`` holding them saves and loads like any other.  Transforms are
+SQL expressions, never Python UDFs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional
+
+from pyspark import keyword_only
+from pyspark.ml import Estimator, Model, Transformer
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import HasInputCols, HasOutputCols
+from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from sparktrain.errors import ConfigError, DataError, MissingColumnError
+
+#: Prefix of the intermediate columns the compiled pipeline creates (dropped by the assembler).
+INTERNAL_PREFIX = "__st_"
+SCALE_METHODS = ("standard", "minmax")
+
+
+def _to_methods(value: Any) -> List[str]:
+    methods = TypeConverters.toListString(value)
+    for m in methods:
+        if m not in SCALE_METHODS:
+            raise TypeError(f"scaling method {m!r} is not one of {', '.join(SCALE_METHODS)}")
+    return methods
+
+
+def _to_non_negative_ints(value: Any) -> List[int]:
+    ints = TypeConverters.toListInt(value)
+    if any(v < 0 for v in ints):
+        raise TypeError(f"expected integers >= 0, got {ints}")
+    return ints
+
+
+def _to_positive_ints(value: Any) -> List[int]:
+    ints = TypeConverters.toListInt(value)
+    if any(v < 1 for v in ints):
+        raise TypeError(f"expected integers >= 1, got {ints}")
+    return ints
+
+
+def _to_list_list_string(value: Any) -> List[List[str]]:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"could not convert {value!r} to a list of lists of strings")
+    return [TypeConverters.toListString(v) for v in value]
+
+
+def _per_column(values: List[int], n: int, default: int, name: str) -> List[int]:
+    if not values:
+        return [default] * n
+    if len(values) != n:
+        raise ConfigError(name, values, f"give one value per input column ({n}), or none for the default")
+    return list(values)
+
+
+def _require_columns(dataset: DataFrame, cols: List[str], where: str) -> None:
+    for c in cols:
+        if c not in dataset.columns:
+            raise MissingColumnError(c, dataset.columns, where)
+
+
+def _check_lengths(inputs: List[str], outputs: List[str], stage: str) -> None:
+    if not inputs or len(inputs) != len(outputs):
+        raise ConfigError(f"{stage}.outputCols", outputs,
+                          f"give one output column per input column ({len(inputs)} inputs: {inputs})")
+
+
+# ---------------------------------------------------------------------------------------------------------
+class _ColumnScalerParams(HasInputCols, HasOutputCols):
+    methods: "Param[List[str]]" = Param(
+        Params._dummy(), "methods",
+        "scaling per input column: 'standard' ((x - mean) / sample std) or 'minmax' ((x - min) / (max - min))",
+        typeConverter=_to_methods)
+
+    def getMethods(self) -> List[str]:
+        return self.getOrDefault(self.methods)
+
+
+class ColumnScaler(Estimator, _ColumnScalerParams, DefaultParamsReadable, DefaultParamsWritable):
+    """Standard or min-max scaling of flat numeric columns, fitted in one aggregation.
+
+    ``standard`` gives ``(x - mean) / std`` (sample std; a constant column
+    gets std 1), ``minmax`` gives ``(x - min) / (max - min)`` (a constant
+    column gives 0).  Nulls stay null.  Output columns are doubles.
+
+    Examples
+    --------
+    >>> df = spark.createDataFrame([(1.0, 10.0), (3.0, 30.0)], "a double, b double")  # doctest: +SKIP
+    >>> model = ColumnScaler(inputCols=["a", "b"], outputCols=["a_s", "b_s"],
+    ...                      methods=["standard", "minmax"]).fit(df)                    # doctest: +SKIP
+    >>> model.getOffsets(), model.getScales()                                           # doctest: +SKIP
+    ([2.0, 10.0], [1.4142135623730951, 20.0])
+    """
+
+    @keyword_only
+    def __init__(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
+                 methods: Optional[List[str]] = None) -> None:
+        super().__init__()
+        kwargs = self._input_kwargs
+        self.setParams(**kwargs)
+
+    @keyword_only
+    def setParams(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
+                  methods: Optional[List[str]] = None) -> "ColumnScaler":
+        """Set the params of this stage; returns ``self``."""
+        return self._set(**self._input_kwargs)
+
+    def setInputCols(self, value: List[str]) -> "ColumnScaler":
+        return self._set(inputCols=value)
+
+    def setOutputCols(self, value: List[str]) -> "ColumnScaler":
+        return self._set(outputCols=value)
+
+    def setMethods(self, value: List[str]) -> "ColumnScaler":
+        return self._set(methods=value)
+
+    def _fit(self, dataset: DataFrame) -> "ColumnScalerModel":
+        inputs, outputs, methods = self.getInputCols(), self.getOutputCols(), self.getMethods()
+        _check_lengths(inputs, outputs, "ColumnScaler")
+        if len(methods) != len(inputs):
+            raise ConfigError("ColumnScaler.methods", methods, f"give one method per input column ({len(inputs)})")
+        _require_columns(dataset, inputs, "the DataFrame given to ColumnScaler.fit")
+        aggs = []
+        for i, (c, m) in enumerate(zip(inputs, methods)):
+            col = F.col(c).cast("double")
+            if m == "standard":
+                aggs += [F.avg(col).alias(f"a{i}"), F.stddev_samp(col).alias(f"b{i}")]
+            else:
+                aggs += [F.min(col).alias(f"a{i}"), F.max(col).alias(f"b{i}")]
+        row = dataset.agg(*aggs).first()  # one row of statistics
+        offsets, scales = [], []
+        for i, (c, m) in enumerate(zip(inputs, methods)):
+            a, b = row[f"a{i}"], row[f"b{i}"]
+            if a is None:
+                raise DataError(f"column '{c}' has no non-null values to fit a '{m}' scaler on. "
+                                f"Impute it first or drop the feature.")
+            if m == "standard":
+                scale = b if b is not None and math.isfinite(b) and b > 0 else 1.0
+            else:
+                scale = (b - a) if b > a else 1.0
+            offsets.append(float(a))
+            scales.append(float(scale))
+        model = ColumnScalerModel(offsets=offsets, scales=scales)
+        return self._copyValues(model)
+
+
+class ColumnScalerModel(Model, _ColumnScalerParams, DefaultParamsReadable, DefaultParamsWritable):
+    """Fitted :class:`ColumnScaler`: ``(x - offset) / scale`` per column."""
+
+    offsets: "Param[List[float]]" = Param(Params._dummy(), "offsets", "subtracted per column (mean or min)",
+                                          typeConverter=TypeConverters.toListFloat)
+    scales: "Param[List[float]]" = Param(Params._dummy(), "scales", "divisor per column (std or max - min), > 0",
+                                         typeConverter=TypeConverters.toListFloat)
+
+    @keyword_only
+    def __init__(self, *, offsets: Optional[List[float]] = None, scales: Optional[List[float]] = None) -> None:
+        super().__init__()
+        self._setDefault(offsets=[], scales=[])
+        self._set(**self._input_kwargs)
+
+    def getOffsets(self) -> List[float]:
+        return self.getOrDefault(self.offsets)
+
+    def getScales(self) -> List[float]:
+        return self.getOrDefault(self.scales)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        inputs, outputs = self.getInputCols(), self.getOutputCols()
+        _require_columns(dataset, inputs, "the DataFrame given to ColumnScalerModel.transform")
+        exprs = [((F.col(c).cast("double") - F.lit(o)) / F.lit(s)).alias(out)
+                 for c, out, o, s in zip(inputs, outputs, self.getOffsets(), self.getScales())]
+        return dataset.withColumns({out: e for out, e in zip(outputs, exprs)})
+
+
+# ---------------------------------------------------------------------------------------------------------
+class _VocabularyIndexerParams(HasInputCols, HasOutputCols):
+    minFrequencies: "Param[List[int]]" = Param(
+        Params._dummy(), "minFrequencies",
+        "per input column: values seen fewer times map to the reserved index (empty: 1 for all)",
+        typeConverter=_to_positive_ints)
+    maxVocabSizes: "Param[List[int]]" = Param(
+        Params._dummy(), "maxVocabSizes",
+        "per input column: keep only the most frequent values (0 = no maximum; empty: 0 for all)",
+        typeConverter=_to_non_negative_ints)
+    vocabLimits: "Param[List[int]]" = Param(
+        Params._dummy(), "vocabLimits",
+        "per input column: refuse to fit when the vocabulary would exceed this size (empty: 10000 for all)",
+        typeConverter=_to_positive_ints)
+
+    def getMinFrequencies(self) -> List[int]:
+        return self.getOrDefault(self.minFrequencies)
+
+    def getMaxVocabSizes(self) -> List[int]:
+        return self.getOrDefault(self.maxVocabSizes)
+
+    def getVocabLimits(self) -> List[int]:
+        return self.getOrDefault(self.vocabLimits)
+
+
+class VocabularyIndexer(Estimator, _VocabularyIndexerParams, DefaultParamsReadable, DefaultParamsWritable):
+    """A ``StringIndexer`` with minimum frequency, maximum size and a hard size limit.
+
+    Index layout is ``StringIndexer(handleInvalid="keep",
+    stringOrderType="frequencyDesc")``'s: ``0 .. V-1`` by descending count,
+    ties by value, and ``V`` for null, unseen and rare values.  All columns
+    are counted in one shuffle; only the kept vocabulary (at most
+    ``vocabLimit + 1`` values per column) reaches the driver.
+
+    Examples
+    --------
+    >>> df = spark.createDataFrame([("a",), ("a",), ("b",), (None,)], "x string")  # doctest: +SKIP
+    >>> model = VocabularyIndexer(inputCols=["x"], outputCols=["x_idx"], minFrequencies=[2]).fit(df)  # doctest: +SKIP
+    >>> model.getLabelsArray()                                                       # doctest: +SKIP
+    [['a']]
+    """
+
+    @keyword_only
+    def __init__(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
+                 minFrequencies: Optional[List[int]] = None, maxVocabSizes: Optional[List[int]] = None,
+                 vocabLimits: Optional[List[int]] = None) -> None:
+        super().__init__()
+        self._setDefault(minFrequencies=[], maxVocabSizes=[], vocabLimits=[])
+        self.setParams(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
+                  minFrequencies: Optional[List[int]] = None, maxVocabSizes: Optional[List[int]] = None,
+                  vocabLimits: Optional[List[int]] = None) -> "VocabularyIndexer":
+        """Set the params of this stage; returns ``self``."""
+        return self._set(**self._input_kwargs)
+
+    def setInputCols(self, value: List[str]) -> "VocabularyIndexer":
+        return self._set(inputCols=value)
+
+    def setOutputCols(self, value: List[str]) -> "VocabularyIndexer":
+        return self._set(outputCols=value)
+
+    def _fit(self, dataset: DataFrame) -> "VocabularyIndexerModel":
+        from pyspark.sql import Window
+
+        inputs, outputs = self.getInputCols(), self.getOutputCols()
+        _check_lengths(inputs, outputs, "VocabularyIndexer")
+        _require_columns(dataset, inputs, "the DataFrame given to VocabularyIndexer.fit")
+        n = len(inputs)
+        mins = _per_column(self.getMinFrequencies(), n, 1, "VocabularyIndexer.minFrequencies")
+        maxes = _per_column(self.getMaxVocabSizes(), n, 0, "VocabularyIndexer.maxVocabSizes")
+        limits = _per_column(self.getVocabLimits(), n, 10_000, "VocabularyIndexer.vocabLimits")
+        caps = [min(m, lim + 1) if m > 0 else lim + 1 for m, lim in zip(maxes, limits)]
+        pairs = dataset.select(F.explode(F.array(*[
+            F.struct(F.lit(i).alias("c"), F.col(c).cast("string").alias("v")) for i, c in enumerate(inputs)
+        ])).alias("p")).select("p.c", "p.v").where(F.col("v").isNotNull())
+        counts = pairs.groupBy("c", "v").count()
+        counts = counts.where(F.col("count") >= F.element_at(F.array(*map(F.lit, mins)), F.col("c") + 1))
+        window = Window.partitionBy("c").orderBy(F.desc("count"), F.asc("v"))
+        ranked = (counts.withColumn("r", F.row_number().over(window))
+                  .where(F.col("r") <= F.element_at(F.array(*map(F.lit, caps)), F.col("c") + 1)))
+        labels: List[List[str]] = [[] for _ in inputs]
+        for row in sorted(ranked.select("c", "r", "v").collect()):  # bounded: sum(caps) rows
+            labels[row["c"]].append(row["v"])
+        for i, c in enumerate(inputs):
+            if maxes[i] == 0 or maxes[i] > limits[i]:
+                if len(labels[i]) > limits[i]:
+                    raise DataError(
+                        f"column '{c}' has more than {limits[i]} distinct values seen at least {mins[i]} times "
+                        f"(vocab_limit={limits[i]}). Set max_vocab to keep the most frequent ones, raise "
+                        f"min_frequency or vocab_limit, or use hash_buckets.")
+            if not labels[i]:
+                raise DataError(f"column '{c}' has no value seen at least {mins[i]} times (min_frequency), so "
+                                f"its vocabulary is empty. Lower min_frequency or drop the feature.")
+        model = VocabularyIndexerModel(labelsArray=labels)
+        return self._copyValues(model)
+
+
+class VocabularyIndexerModel(Model, _VocabularyIndexerParams, DefaultParamsReadable, DefaultParamsWritable):
+    """Fitted :class:`VocabularyIndexer`; transforms like ``StringIndexerModel(handleInvalid='keep')``."""
+
+    labelsArray: "Param[List[List[str]]]" = Param(
+        Params._dummy(), "labelsArray", "the vocabulary of each input column, most frequent first",
+        typeConverter=_to_list_list_string)
+
+    @keyword_only
+    def __init__(self, *, labelsArray: Optional[List[List[str]]] = None) -> None:
+        super().__init__()
+        self._setDefault(minFrequencies=[], maxVocabSizes=[], vocabLimits=[], labelsArray=[])
+        self._set(**self._input_kwargs)
+
+    def getLabelsArray(self) -> List[List[str]]:
+        return self.getOrDefault(self.labelsArray)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        from pyspark.ml.feature import StringIndexerModel
+
+        inputs, outputs = self.getInputCols(), self.getOutputCols()
+        _require_columns(dataset, inputs, "the DataFrame given to VocabularyIndexerModel.transform")
+        # Spark's JVM lookup (a hash map, no Python UDF) with our fitted labels; like fit, it casts a
+        # numeric input to string.  One model per column: from_arrays_of_labels pads ragged label
+        # arrays with nulls, which would move the reserved index.
+        for c, out, labels in zip(inputs, outputs, self.getLabelsArray()):
+            inner = StringIndexerModel.from_labels(labels, inputCol=c, outputCol=out, handleInvalid="keep")
+            dataset = inner.transform(dataset)
+        return dataset
+
+
+# ---------------------------------------------------------------------------------------------------------
+class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWritable):
+    """The training-ready frame: float32 value columns, int32 index columns, key and label.
+
+    Unlike ``VectorAssembler`` it keeps columns flat, so the Parquet it feeds
+    reads at full pyarrow speed and each index column can feed an embedding.
+    A boolean label becomes float32 0/1, a fractional one float32 and an
+    integral one int32; key and label pass through only when present, so the
+    same model scores raw data that has neither.
+
+    Examples
+    --------
+    >>> asm = FlatFeatureAssembler(floatInputCols=["__st_x"], floatOutputCols=["x"],
+    ...                            intInputCols=["__st_c"], intOutputCols=["c"], labelCol="late")  # doctest: +SKIP
+    >>> asm.transform(df).dtypes                                                     # doctest: +SKIP
+    [('late', 'float'), ('x', 'float'), ('c', 'int')]
+    """
+
+    floatInputCols: "Param[List[str]]" = Param(Params._dummy(), "floatInputCols", "columns cast to float32",
+                                               typeConverter=TypeConverters.toListString)
+    floatOutputCols: "Param[List[str]]" = Param(Params._dummy(), "floatOutputCols", "names of the float32 columns",
+                                                typeConverter=TypeConverters.toListString)
+    intInputCols: "Param[List[str]]" = Param(Params._dummy(), "intInputCols", "columns cast to int32",
+                                             typeConverter=TypeConverters.toListString)
+    intOutputCols: "Param[List[str]]" = Param(Params._dummy(), "intOutputCols", "names of the int32 columns",
+                                              typeConverter=TypeConverters.toListString)
+    keyCol: "Param[str]" = Param(Params._dummy(), "keyCol", "row key passed through when present ('' = none)",
+                                 typeConverter=TypeConverters.toString)
+    labelCol: "Param[str]" = Param(Params._dummy(), "labelCol", "label passed through when present ('' = none)",
+                                   typeConverter=TypeConverters.toString)
+    keepInputCols: "Param[bool]" = Param(
+        Params._dummy(), "keepInputCols",
+        "also keep the input columns (e.g. inside a larger Pipeline); intermediate columns are always dropped",
+        typeConverter=TypeConverters.toBoolean)
+
+    @keyword_only
+    def __init__(self, *, floatInputCols: Optional[List[str]] = None, floatOutputCols: Optional[List[str]] = None,
+                 intInputCols: Optional[List[str]] = None, intOutputCols: Optional[List[str]] = None,
+                 keyCol: Optional[str] = None, labelCol: Optional[str] = None,
+                 keepInputCols: Optional[bool] = None) -> None:
+        super().__init__()
+        self._setDefault(floatInputCols=[], floatOutputCols=[], intInputCols=[], intOutputCols=[],
+                         keyCol="", labelCol="", keepInputCols=False)
+        self.setParams(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, *, floatInputCols: Optional[List[str]] = None, floatOutputCols: Optional[List[str]] = None,
+                  intInputCols: Optional[List[str]] = None, intOutputCols: Optional[List[str]] = None,
+                  keyCol: Optional[str] = None, labelCol: Optional[str] = None,
+                  keepInputCols: Optional[bool] = None) -> "FlatFeatureAssembler":
+        """Set the params of this stage; returns ``self``."""
+        return self._set(**self._input_kwargs)
+
+    def setKeepInputCols(self, value: bool) -> "FlatFeatureAssembler":
+        return self._set(keepInputCols=value)
+
+    def getKeepInputCols(self) -> bool:
+        return self.getOrDefault(self.keepInputCols)
+
+    def getKeyCol(self) -> str:
+        return self.getOrDefault(self.keyCol)
+
+    def getLabelCol(self) -> str:
+        return self.getOrDefault(self.labelCol)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        f_in, f_out = self.getOrDefault(self.floatInputCols), self.getOrDefault(self.floatOutputCols)
+        i_in, i_out = self.getOrDefault(self.intInputCols), self.getOrDefault(self.intOutputCols)
+        if len(f_in) != len(f_out) or len(i_in) != len(i_out):
+            raise ConfigError("FlatFeatureAssembler", (f_in, f_out, i_in, i_out),
+                              "give one output column per input column")
+        _require_columns(dataset, f_in + i_in, "the DataFrame given to FlatFeatureAssembler.transform")
+        outputs = set(f_out) | set(i_out)
+        cols = []
+        key, label = self.getKeyCol(), self.getLabelCol()
+        if key and key in dataset.columns:
+            cols.append(F.col(key))
+        if label and label in dataset.columns:
+            cols.append(label_column(dataset.schema[label].dataType, label))
+        if self.getKeepInputCols():
+            cols += [F.col(c) for c in dataset.columns
+                     if not c.startswith(INTERNAL_PREFIX) and c not in outputs and c not in (key, label)]
+        cols += [F.col(c).cast("float").alias(o) for c, o in zip(f_in, f_out)]
+        cols += [F.col(c).cast("int").alias(o) for c, o in zip(i_in, i_out)]
+        return dataset.select(*cols)
+
+
+def label_column(dtype: T.DataType, name: str):
+    """The label as training wants it: boolean/fractional -> float32, integral -> int32, else unchanged."""
+    if isinstance(dtype, (T.BooleanType, T.FloatType, T.DoubleType, T.DecimalType)):
+        return F.col(name).cast("float").alias(name)
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return F.col(name).cast("int").alias(name)
+    return F.col(name)
+
+
+__all__ = ["ColumnScaler", "ColumnScalerModel", "VocabularyIndexer", "VocabularyIndexerModel",
+           "FlatFeatureAssembler", "INTERNAL_PREFIX", "label_column"]

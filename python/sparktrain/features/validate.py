@@ -1,0 +1,170 @@
+"""Bad-input checks before any fitting: the schema first (no Spark job), then one aggregation pass.
+
+:func:`check_schema` finds missing columns and types that cannot feed a
+feature.  :func:`validation_aggregates` builds every data check as one list of
+aggregate columns, so they run in a single pass, either as
+``df.agg(...)`` (:func:`validate`) or piggy-backed on a write with
+``DataFrame.observe`` (what :func:`sparktrain.features.materialize.materialize`
+does).  :func:`check_results` turns the numbers into errors:
+
+* a value that cannot be cast (``'abc'`` for a numeric feature),
+* a column with no usable value (all null, or all NaN/inf),
+* NaN or infinity with ``on_invalid: error``,
+* a vocabulary (approximately) over ``vocab_limit``; the exact check runs on the
+  fitted vocabulary (:func:`sparktrain.features.metadata.check_vocabularies`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from sparktrain.errors import DataError, MissingColumnError, SchemaError
+from sparktrain.features.compile import quote
+from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
+                                      FeatureSpec, NumericFeature)
+
+log = logging.getLogger(__name__)
+
+_NUMBER = ("tinyint", "smallint", "int", "bigint", "float", "double")
+#: Accepted Spark source types per feature type (``decimal(p,s)`` counts as a number).
+ACCEPTED = {
+    "numeric": _NUMBER + ("decimal", "boolean", "string"),
+    "boolean": _NUMBER + ("decimal", "boolean", "string"),
+    "datetime": ("timestamp", "timestamp_ntz", "date", "string"),
+    "categorical": _NUMBER + ("decimal", "boolean", "string", "date"),
+    "crossed": _NUMBER + ("decimal", "boolean", "string", "date"),
+}
+#: approx_count_distinct errs by ~2%; refuse early only when clearly over the limit.
+APPROX_SLACK = 1.05
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What the checks found (per feature: present values, NaN, inf, approx distinct...)."""
+
+    rows: int
+    features: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    null_keys: int = 0
+
+
+def _base_type(simple: str) -> str:
+    return simple.split("(", 1)[0]
+
+
+def check_schema(schema: Any, specs: Sequence[FeatureSpec], key: Optional[str] = None,
+                 label: Optional[str] = None) -> Dict[str, str]:
+    """Check columns and types against the spec; return ``{column: simpleString type}``.
+
+    Raises :class:`MissingColumnError` (naming the column and listing those that
+    exist) or :class:`SchemaError` (a type the feature cannot use).
+    """
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
+    available = list(types)
+    for spec in specs:
+        cols = spec.columns if isinstance(spec, CrossedFeature) else (spec.source,)
+        for c in cols:
+            if c not in types:
+                raise MissingColumnError(c, available, f"the input data (feature '{spec.name}' reads it)")
+            base = _base_type(types[c])
+            if base not in ACCEPTED[spec.type]:
+                raise SchemaError(
+                    f"column '{c}' has type {types[c]}, which a {spec.type} feature ('{spec.name}') cannot use "
+                    f"(accepted: {', '.join(ACCEPTED[spec.type])}). Cast it in your ETL or change the feature type.")
+    for c, role in ((key, "data.key"), (label, "data.label")):
+        if c and c not in types:
+            raise MissingColumnError(c, available, f"the input data (configured as {role})")
+    return types
+
+
+def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: Optional[str] = None,
+                          label: Optional[str] = None) -> List[Any]:
+    """All data checks as aggregate columns (aliases ``v<i>_<check>``), for one pass."""
+    from pyspark.sql import functions as F
+
+    exprs: List[Tuple[str, str]] = [("rows", "count(1)")]
+    if key:
+        exprs.append(("null_keys", f"count_if({quote(key)} IS NULL)"))
+    if label:
+        exprs.append(("labels", f"count({quote(label)})"))
+    for i, spec in enumerate(specs):
+        if isinstance(spec, CrossedFeature):
+            continue
+        s = quote(spec.source)
+        is_string = _base_type(types[spec.source]) == "string"
+        target = {"numeric": "DOUBLE", "datetime": "TIMESTAMP", "boolean": "BOOLEAN"}.get(spec.type)
+        if target and is_string:
+            bad = f"{s} IS NOT NULL AND try_cast({s} AS {target}) IS NULL"
+            exprs += [(f"v{i}_bad", f"count_if({bad})"), (f"v{i}_sample", f"min(IF({bad}, {s}, NULL))")]
+        if isinstance(spec, NumericFeature):
+            v = f"try_cast({s} AS DOUBLE)"
+            exprs += [(f"v{i}_present", f"count(IF(abs({v}) < CAST('Infinity' AS DOUBLE), 1, NULL))"),
+                      (f"v{i}_nan", f"count_if(isnan({v}))"),
+                      (f"v{i}_inf", f"count_if(abs({v}) = CAST('Infinity' AS DOUBLE))")]
+        elif target:
+            exprs.append((f"v{i}_present", f"count(try_cast({s} AS {target}))"))
+        else:
+            exprs.append((f"v{i}_present", f"count({s})"))
+        if (isinstance(spec, CategoricalFeature) and spec.hash_buckets is None and spec.max_vocab is None
+                and spec.min_frequency == 1):
+            exprs.append((f"v{i}_distinct", f"approx_count_distinct({s}, 0.02)"))
+    return [F.expr(e).alias(a) for a, e in exprs]
+
+
+def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label: Optional[str] = None,
+                  types: Optional[Mapping[str, str]] = None) -> ValidationReport:
+    """Raise :class:`DataError` for the first problem in ``values`` (the aggregates' results)."""
+    rows = int(values["rows"])
+    if rows == 0:
+        raise DataError("the input data has no rows; check data.source (and any filter in your ETL)")
+    per: Dict[str, Dict[str, int]] = {}
+    for i, spec in enumerate(specs):
+        if isinstance(spec, CrossedFeature):
+            continue
+        got = {k.split("_", 1)[1]: values[k] for k in values if k.startswith(f"v{i}_")}
+        src, where = spec.source, f"column '{spec.source}' (feature '{spec.name}', {spec.type})"
+        if got.get("bad"):
+            target = {"numeric": "a number", "datetime": "a timestamp", "boolean": "a boolean"}[spec.type]
+            raise DataError(
+                f"{where} has {got['bad']:,} of {rows:,} values that cannot be cast to {target}, "
+                f"e.g. {got['sample']!r}. Clean the column in your ETL, or declare the feature as categorical.")
+        if not got["present"]:
+            what = "null, NaN or infinite" if isinstance(spec, NumericFeature) else "null"
+            raise DataError(f"{where} is {what} in all {rows:,} rows, so there is nothing to learn from it. "
+                            f"Drop the feature or fix the input (is '{src}' the right column?).")
+        if isinstance(spec, NumericFeature) and (got["nan"] or got["inf"]):
+            if spec.on_invalid == "error":
+                raise DataError(
+                    f"{where} has {got['nan']:,} NaN and {got['inf']:,} infinite values (on_invalid: error). "
+                    f"Set on_invalid: impute to treat them as missing, or clean the data.")
+            log.info("%s: %d NaN and %d infinite values are imputed (%s)", where, got["nan"], got["inf"], spec.impute)
+        if isinstance(spec, CategoricalFeature) and got.get("distinct", 0) > spec.vocab_limit * APPROX_SLACK:
+            raise DataError(
+                f"{where} has about {got['distinct']:,} distinct values, over its vocab_limit={spec.vocab_limit}. "
+                f"Set max_vocab to keep the most frequent ones, raise min_frequency or vocab_limit, "
+                f"or use hash_buckets: N.")
+        per[spec.name] = {k: int(v) for k, v in got.items() if k != "sample" and v is not None}
+    if label and "labels" in values and not values["labels"]:
+        raise DataError(f"the label column '{label}' is null in all {rows:,} rows; check data.label")
+    null_keys = int(values.get("null_keys") or 0)
+    if null_keys:
+        log.warning("%d rows have a null key; they all land in the same split", null_keys)
+    return ValidationReport(rows=rows, features=per, null_keys=null_keys)
+
+
+def validate(df: Any, specs: Sequence[FeatureSpec], key: Optional[str] = None,
+             label: Optional[str] = None) -> ValidationReport:
+    """Check ``df`` against ``specs``: the schema, then every data check in one ``agg`` pass.
+
+    Examples
+    --------
+    >>> validate(flights_df, cfg.features, key="flight_id", label="late").rows   # doctest: +SKIP
+    327346
+    """
+    types = check_schema(df.schema, specs, key, label)
+    row = df.agg(*validation_aggregates(types, specs, key, label)).first()
+    return check_results(row.asDict(), specs, label, types)
+
+
+__all__ = ["ValidationReport", "check_schema", "validation_aggregates", "check_results", "validate", "ACCEPTED"]
