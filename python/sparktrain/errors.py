@@ -131,3 +131,7 @@ class MissingDependencyError(SparktrainError, ImportError):
     def __init__(self, package: str, install: str, why: str = "") -> None:
         extra = f" ({why})" if why else ""
         super().__init__(f"{package} is required{extra}. Install it with: {install}")
+
+
+class DatasetExistsError(SparktrainError, FileExistsError):
+    """A dataset directory already exists and overwriting was not allowed."""

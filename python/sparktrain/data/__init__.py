@@ -1,0 +1,68 @@
+"""Stream Parquet datasets into TensorFlow and PyTorch (petastorm's role, on ``pyarrow.dataset``).
+
+Executor-safe: importing this package imports neither pyspark, TensorFlow nor
+torch.  Names are resolved lazily on first access:
+
+* :func:`make_reader`, :class:`Reader`, :class:`Cursor` -- sharded, shuffled,
+  resumable batches of numpy arrays (``sparktrain.data.reader``);
+* :func:`make_tf_dataset` (``sparktrain.data.tf``) and
+  :func:`make_torch_dataloader` (``sparktrain.data.torch``);
+* :func:`make_spark_converter` (``sparktrain.data.converter``, driver side);
+* :func:`write_parquet`, :func:`build_manifest`, :func:`write_manifest`,
+  :func:`read_manifest`, :func:`atomic_dir`, ``MANIFEST_NAME``
+  (``sparktrain.data.manifest``).
+
+See ``docs/reader.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "make_reader": "reader",
+    "Reader": "reader",
+    "Cursor": "reader",
+    "make_tf_dataset": "tf",
+    "make_torch_dataloader": "torch",
+    "TorchBatchLoader": "torch",
+    "make_spark_converter": "converter",
+    "SparkDatasetConverter": "converter",
+    "write_parquet": "manifest",
+    "build_manifest": "manifest",
+    "write_manifest": "manifest",
+    "read_manifest": "manifest",
+    "atomic_dir": "manifest",
+    "MANIFEST_NAME": "manifest",
+}
+
+__all__ = [
+    "MANIFEST_NAME",
+    "Cursor",
+    "Reader",
+    "SparkDatasetConverter",
+    "TorchBatchLoader",
+    "atomic_dir",
+    "build_manifest",
+    "make_reader",
+    "make_spark_converter",
+    "make_tf_dataset",
+    "make_torch_dataloader",
+    "read_manifest",
+    "write_manifest",
+    "write_parquet",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sparktrain.data' has no attribute '{name}'")
+    value = getattr(importlib.import_module(f"sparktrain.data.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,94 @@
+"""Filesystem helpers shared by the manifest, the reader and the converter.
+
+A dataset path is either a local path or a URI that :mod:`pyarrow.fs` knows
+(``file:///``, ``s3://``, ``gs://``, ``hdfs://``...).  Everything here works on
+``(filesystem, path)`` pairs as pyarrow does; the public functions of
+:mod:`sparktrain.data` accept ``(path, filesystem=None)`` and resolve them once.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+import pyarrow.fs as pafs
+
+from sparktrain.errors import DatasetNotFoundError
+
+#: Files Spark, Hadoop and we write next to the data that are not data.
+_HIDDEN_PREFIXES = ("_", ".")
+
+
+def resolve(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+    """Return ``(filesystem, path inside it)`` for a local path or a URI.
+
+    Parameters
+    ----------
+    path : str
+        Local path or URI.
+    filesystem : pyarrow.fs.FileSystem, optional
+        When given, ``path`` is taken as a path inside it.
+    """
+    path = os.fspath(path)
+    if filesystem is not None:
+        return filesystem, path
+    if "://" in path:
+        fs, inner = pafs.FileSystem.from_uri(path)
+        return fs, inner
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def is_local(fs: pafs.FileSystem) -> bool:
+    """True when ``fs`` is the local filesystem (where rename is atomic)."""
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
+    """``FileInfo`` of one path (type ``NotFound`` when absent)."""
+    return fs.get_file_info(path)
+
+
+def require(fs: pafs.FileSystem, path: str, what: str = "dataset") -> pafs.FileInfo:
+    """Return the ``FileInfo`` of ``path`` or raise :class:`DatasetNotFoundError`."""
+    fi = info(fs, path)
+    if fi.type == pafs.FileType.NotFound:
+        raise DatasetNotFoundError(
+            f"{what} path '{path}' does not exist. Check the path (and the filesystem/URI scheme), "
+            f"or write the data first, e.g. with sparktrain.data.write_parquet(df, path)."
+        )
+    return fi
+
+
+def list_data_files(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
+    """List the data files under a dataset directory, sorted by relative path.
+
+    Files and folders whose name starts with ``_`` or ``.`` (``_SUCCESS``,
+    ``_manifest.json``, Hadoop ``.crc`` files, staging folders) are skipped at
+    every level, as Spark and Hive do.
+    """
+    selector = pafs.FileSelector(path, recursive=True)
+    base = path.rstrip("/")
+    out = []
+    for fi in fs.get_file_info(selector):
+        if fi.type != pafs.FileType.File:
+            continue
+        rel = relpath(fi.path, base)
+        if any(part.startswith(_HIDDEN_PREFIXES) for part in rel.split("/")):
+            continue
+        out.append(fi)
+    out.sort(key=lambda f: relpath(f.path, base))
+    return out
+
+
+def relpath(full: str, base: str) -> str:
+    """POSIX path of ``full`` relative to ``base`` (both inside one filesystem)."""
+    full = full.replace(os.sep, "/")
+    base = base.replace(os.sep, "/").rstrip("/")
+    if full.startswith(base + "/"):
+        return full[len(base) + 1:]
+    return posixpath.basename(full)
+
+
+def join(base: str, rel: str) -> str:
+    """Join a base path and a relative POSIX path."""
+    return base.rstrip("/") + "/" + rel
