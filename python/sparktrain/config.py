@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple,
 import yaml
 
 from sparktrain._internal.typed_build import build, non_default_repr, require, to_dict
-from sparktrain.errors import ConfigError
+from sparktrain.errors import ConfigError, UnknownKeyError
 from sparktrain.features.spec import FeatureSpec, parse_features
 
 
@@ -209,6 +209,9 @@ def parse_config(raw: Any, source_path: Optional[str] = None) -> JobConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError("<root>", raw, "a job config is a YAML mapping with sections like data:, features:")
     raw = dict(raw)
+    unknown = [k for k in raw if k not in _SECTIONS]  # source_path is set here, never by the file
+    if unknown:
+        raise UnknownKeyError(str(unknown[0]), raw[unknown[0]], _SECTIONS)
     features = parse_features(raw.pop("features", None))
     cfg = build(JobConfig, raw, "")
     cfg = replace(cfg, features=features, source_path=source_path)
@@ -234,28 +237,45 @@ def load_config(path: Union[str, os.PathLike], overrides: Sequence[str] = ()) ->
         raw = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError("<file>", str(path), f"not valid YAML: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<root>", raw, f"{path} must be a YAML mapping with sections like data:, features:")
     raw = apply_overrides(raw, overrides)
     return parse_config(raw, source_path=str(p))
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
-    """Return a deep copy of ``raw`` with each ``a.b.c=value`` applied."""
+    """Return a deep copy of ``raw`` with each ``a.b.c=value`` applied.
+
+    A list of named mappings (``features``) is addressed by name, as
+    :func:`flatten` writes it: ``features.dep_delay.log1p=false``.  Under
+    ``spark.conf.`` the rest is one Spark key: ``spark.conf.spark.sql.shuffle.partitions=8``.
+    """
     out: Dict[str, Any] = copy.deepcopy(dict(raw))
     for item in overrides:
         if "=" not in item:
             raise ConfigError("--set", item, "use key.path=value, e.g. --set train.epochs=2")
         key, _, text = item.partition("=")
         parts = key.strip().split(".")
+        if parts[:2] == ["spark", "conf"] and len(parts) > 3:  # Spark keys contain dots themselves
+            parts = ["spark", "conf", ".".join(parts[2:])]
         if parts[0] not in _SECTIONS:
-            from sparktrain.errors import UnknownKeyError
-            raise UnknownKeyError(key, text, _SECTIONS)
+            raise UnknownKeyError(parts[0], item, _SECTIONS)
         node = out
-        for part in parts[:-1]:
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node, list):  # e.g. features: pick the item by name
+                named = [x for x in node if isinstance(x, dict) and x.get("name") == part]
+                if not named:
+                    names = [x.get("name") for x in node if isinstance(x, dict)]
+                    raise UnknownKeyError(".".join(parts[:i + 1]), item, [str(n) for n in names])
+                node = named[0]
+                continue
             nxt = node.get(part)
-            if not isinstance(nxt, dict):
+            if not isinstance(nxt, (dict, list)):
                 nxt = {}
                 node[part] = nxt
             node = nxt
+        if isinstance(node, list):
+            raise ConfigError(key, text, "address one item by name, e.g. --set features.distance.log1p=false")
         try:
             node[parts[-1]] = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -281,6 +301,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
         elif isinstance(v, list) and v and all(isinstance(x, Mapping) and "name" in x for x in v):
             for item in v:
                 out.update(flatten({kk: vv for kk, vv in item.items() if kk != "name"}, f"{key}.{item['name']}."))
+        elif isinstance(v, (list, tuple)):
+            out[key] = yaml.safe_dump(list(v), default_flow_style=True, width=1 << 16).strip()
         else:
             out[key] = v
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Dict, Mapping, Optional
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+_PROPERTY = re.compile(r"([^\s=:]+)\s*[=:\s]\s*(.*)")
 
 
 def prepare_environment() -> None:
@@ -45,11 +47,12 @@ def read_spark_defaults(path: Optional[Path] = None) -> Dict[str, str]:
         return out
     for line in path.read_text().splitlines():
         line = line.strip()
-        if not line or line.startswith("#"):
+        if not line or line.startswith(("#", "!")):
             continue
-        parts = line.split(None, 1)
-        if len(parts) == 2:
-            out[parts[0]] = parts[1].strip()
+        # Like java.util.Properties (which Spark uses): "key value", "key=value" or "key: value".
+        match = _PROPERTY.match(line)
+        if match and match.group(2):
+            out[match.group(1)] = match.group(2).strip()
     return out
 
 
@@ -81,21 +84,39 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
         return active
 
     settings = read_spark_defaults()
+    submitted = launched_by_spark_submit()
+    if submitted:
+        # spark-submit already started the JVM with its --master/--conf: the defaults
+        # file must not override them (only the job config's spark.conf may).
+        from pyspark import SparkConf, SparkContext
+        SparkContext._ensure_initialized()  # connect to spark-submit's JVM so SparkConf sees its settings
+        preset = {k for k, _ in SparkConf().getAll()}
+        settings = {k: v for k, v in settings.items() if k not in preset}
     settings.update(dict(conf or {}))
+    default_master = settings.pop("spark.master", DEFAULT_MASTER)
     builder = SparkSession.builder.appName(app_name)
     if master and master.startswith("sc://"):
         builder = builder.remote(master)
+    elif submitted:
+        if master:
+            log.info("launched by spark-submit: using its master; ignoring master=%s", master)
     else:
-        builder = builder.master(master or settings.pop("spark.master", DEFAULT_MASTER))
+        builder = builder.master(master or default_master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    log.info("SparkSession ready: master %s, Spark %s", _master_of(spark), spark.version)
     try:
         spark.sparkContext.setLogLevel("WARN")
     except Exception:  # Spark Connect has no SparkContext
         pass
     logging.getLogger("py4j").setLevel(logging.WARNING)
     return spark
+
+
+def launched_by_spark_submit() -> bool:
+    """Whether this Python driver was started by ``spark-submit`` (or ``pyspark``), whose JVM is already up."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def _master_of(spark) -> str:

@@ -1,0 +1,307 @@
+"""Job config: conf/flights.yaml into frozen dataclasses, overrides, and every error by its message."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sparktrain.config import (
+    JobConfig,
+    SplitConfig,
+    TrainConfig,
+    apply_overrides,
+    flatten,
+    load_config,
+    parse_config,
+)
+from sparktrain.errors import ConfigError, SparktrainError, UnknownKeyError
+from sparktrain.features.spec import CategoricalFeature, CrossedFeature, NumericFeature
+
+REPO = Path(__file__).resolve().parents[1]
+FLIGHTS_YAML = REPO / "conf" / "flights.yaml"
+
+
+@pytest.fixture()
+def raw():
+    """conf/flights.yaml as a plain dict (a fresh copy per test)."""
+    return yaml.safe_load(FLIGHTS_YAML.read_text())
+
+
+def _parse(raw, overrides=()):
+    return parse_config(apply_overrides(raw, overrides))
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_flights_yaml_loads_into_typed_dataclasses():
+    cfg = load_config(FLIGHTS_YAML)
+
+    assert isinstance(cfg, JobConfig)
+    assert cfg.name == "flights-late"
+    assert cfg.source_path == str(FLIGHTS_YAML)
+    assert (cfg.spark.master, cfg.spark.app_name) == ("local[*]", "sparktrain-flights")
+    assert (cfg.data.source, cfg.data.scale, cfg.data.label, cfg.data.key) == ("flights", 1, "late", "flight_id")
+    assert cfg.split == SplitConfig(train=0.8, validation=0.1, test=0.1, seed=42)
+    assert (cfg.output.row_group_rows, cfg.output.compression) == (65536, "zstd")
+    assert cfg.train.framework == "torch"
+    assert cfg.train.learning_rate == 0.002
+    assert cfg.train.hidden_units == (64, 64)  # YAML list -> tuple
+    assert cfg.tune is None
+    assert cfg.tracking.uri == "sqlite:///work/mlflow.db"
+
+    assert len(cfg.features) == 19
+    assert cfg.features[0] == CategoricalFeature(name="carrier")
+    by_name = {f.name: f for f in cfg.features}
+    assert by_name["dep_delay"] == NumericFeature(name="dep_delay", impute="median", clip=(-60.0, 600.0), log1p=True)
+    assert by_name["carrier_x_origin"] == CrossedFeature(name="carrier_x_origin", columns=("carrier", "origin"),
+                                                         hash_buckets=64)
+    assert by_name["tailnum"].hash_buckets == 1024
+
+
+def test_config_is_frozen():
+    cfg = load_config(FLIGHTS_YAML)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train.epochs = 10
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.data = None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.features[0].name = "other"
+    assert isinstance(cfg.features, tuple)
+    # with_train returns a new object and leaves the original alone
+    tuned = cfg.with_train(learning_rate=0.01)
+    assert (tuned.train.learning_rate, cfg.train.learning_rate) == (0.01, 0.002)
+
+
+def test_set_overrides_parse_values_as_yaml(raw):
+    before = copy.deepcopy(raw)
+    cfg = load_config(FLIGHTS_YAML, overrides=[
+        "train.epochs=2",
+        "train.hidden_units=[32, 16]",
+        "data.scale=3",
+        "train.learning_rate=1e-3",          # YAML 1.1 reads 1e-3 as a string; the float field converts it
+        "split.train=0.7", "split.test=0.2",
+        "features.dep_delay.log1p=false",    # a feature is addressed by name, as flatten() writes it
+        "spark.conf.spark.sql.shuffle.partitions=8",
+    ])
+    assert cfg.train.epochs == 2
+    assert cfg.train.hidden_units == (32, 16)
+    assert cfg.data.scale == 3
+    assert cfg.train.learning_rate == 0.001
+    assert (cfg.split.train, cfg.split.validation, cfg.split.test) == (0.7, 0.1, 0.2)
+    assert {f.name: f for f in cfg.features}["dep_delay"].log1p is False
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "8"}  # a Spark key keeps its dots
+    # untouched keys keep the file's values; the parsed dict is not mutated
+    assert cfg.train.batch_size == 512
+    assert apply_overrides(raw, ["train.epochs=9"])["train"]["epochs"] == 9
+    assert raw == before
+
+
+# ---------------------------------------------------------------- errors, each by its message
+
+
+def _add_feature(feature):
+    return lambda r: r["features"].append(feature)
+
+
+def _rename_section(old, new):
+    return lambda r: r.__setitem__(new, r.pop(old))
+
+
+def _set_feature_option(index, key, value):
+    return lambda r: r["features"][index].__setitem__(key, value)
+
+
+ERRORS = [
+    # (id, mutate raw dict, --set overrides, exception class, exact message or regex)
+    ("unknown-section", _rename_section("train", "trian"), [], UnknownKeyError,
+     (r"config key 'trian' = \{.*\}: unknown key; did you mean 'train'\? valid keys here: data, features, name, "
+      r"output, spark, split, tracking, train, tune$")),
+    ("unknown-section-via-set", None, ["trian.epochs=2"], UnknownKeyError,
+     r"config key 'trian' = 'trian.epochs=2': unknown key; did you mean 'train'\?"),
+    ("internal-field-is-not-a-key", lambda r: r.__setitem__("source_path", "x.yaml"), [], UnknownKeyError,
+     r"config key 'source_path' = 'x.yaml': unknown key;"),
+    ("unknown-nested-key", None, ["train.epoch=3"], UnknownKeyError,
+     r"config key 'train.epoch' = 3: unknown key; did you mean 'epochs'\? valid keys here: backend, batch_size,"),
+    ("unknown-feature-option", _set_feature_option(0, "min_freq", 3), [], UnknownKeyError,
+     r"config key 'features\[0\].min_freq' = 3: unknown key; did you mean 'min_frequency'\?"),
+    ("unknown-feature-name-via-set", None, ["features.dep_dleay.log1p=true"], UnknownKeyError,
+     (r"config key 'features.dep_dleay' = 'features.dep_dleay.log1p=true': unknown key; "
+      r"did you mean 'dep_delay'\?")),
+    ("set-without-equals", None, ["train.epochs"], ConfigError,
+     r"config key '--set' = 'train.epochs': use key.path=value, e.g. --set train.epochs=2$"),
+    ("set-invalid-yaml", None, ["train.hidden_units=[1,"], ConfigError,
+     r"config key 'train.hidden_units' = '\[1,': value is not valid YAML"),
+    ("wrong-type-int", None, ["train.epochs=three"], ConfigError,
+     r"config key 'train.epochs' = 'three': expected an integer$"),
+    ("wrong-type-fraction-for-int", None, ["train.epochs=2.5"], ConfigError,
+     r"config key 'train.epochs' = 2.5: expected an integer$"),
+    ("wrong-type-bool", None, ["output.overwrite=maybe"], ConfigError,
+     r"config key 'output.overwrite' = 'maybe': expected true or false$"),
+    ("wrong-type-list", None, ["train.hidden_units=32"], ConfigError,
+     r"config key 'train.hidden_units' = 32: expected a list$"),
+    ("wrong-type-list-item", None, ["train.hidden_units=[32, x]"], ConfigError,
+     r"config key 'train.hidden_units\[1\]' = 'x': expected an integer$"),
+    ("wrong-type-section", None, ["train=3"], ConfigError,
+     r"config key 'train' = 3: expected a mapping of keys for TrainConfig$"),
+    ("bad-literal", None, ["output.compression=lz5"], ConfigError,
+     r"config key 'output.compression' = 'lz5': must be one of 'zstd', 'snappy', 'gzip', 'none'$"),
+    ("num-workers-zero", None, ["train.num_workers=0"], ConfigError,
+     r"config key 'train.num_workers' = 0: must be >= 1$"),
+    ("scale-zero", None, ["data.scale=0"], ConfigError,
+     r"config key 'data.scale' = 0: must be >= 1 \(1 is the original 336,776 flights\)$"),
+    ("dropout-one", None, ["train.dropout=1.0"], ConfigError,
+     r"config key 'train.dropout' = 1.0: must be in \[0, 1\)$"),
+    ("split-not-summing-to-one", None, ["split.train=0.7"], ConfigError,
+     (r"config key 'split' = \{'train': 0.7, 'validation': 0.1, 'test': 0.1\}: fractions must add up to 1 "
+      r"\(got 0.9\)$")),
+    ("split-negative", None, ["split.train=0.9", "split.validation=-0.1", "split.test=0.2"], ConfigError,
+     r"config key 'split.validation' = -0.1: must be in \[0, 1\]$"),
+    ("bad-feature-type", _set_feature_option(0, "type", "categorial"), [], ConfigError,
+     (r"config key 'features\[0\].type' = 'categorial': must be one of numeric, categorical, datetime, "
+      r"boolean, crossed$")),
+    ("duplicate-feature", _add_feature({"name": "carrier", "type": "categorical"}), [], ConfigError,
+     r"config key 'features\[19\].name' = 'carrier': feature names must be unique$"),
+    ("label-as-feature", _add_feature({"name": "late", "type": "boolean"}), [], ConfigError,
+     r"config key 'data.label' = 'late': the label cannot also be a feature; remove it from features$"),
+    ("keras-with-horovod", None, ["train.framework=keras", "train.backend=horovod"], ConfigError,
+     (r"config key 'train.backend' = 'horovod': Keras trains under MultiWorkerMirroredStrategy \('mwms'\); "
+      r"Horovod with Keras 3 does not average gradients. Use backend: mwms, or framework: torch for horovod/ddp$")),
+    ("torch-with-mwms", None, ["train.backend=mwms"], ConfigError,
+     r"config key 'train.backend' = 'mwms': torch trains with 'ddp' or 'horovod'$"),
+    ("tune-without-space", None, ["tune.max_trials=4"], ConfigError,
+     r"config key 'tune.space' = \{\}: give at least one parameter"),
+]
+
+
+@pytest.mark.parametrize("mutate, overrides, exc_type, message",
+                         [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_config_error_messages(raw, mutate, overrides, exc_type, message):
+    if mutate is not None:
+        mutate(raw)
+    with pytest.raises(exc_type, match=message) as info:
+        _parse(raw, overrides)
+    # every config error is catchable as the built-in a caller would expect
+    assert isinstance(info.value, SparktrainError)
+    assert isinstance(info.value, ValueError)
+    if exc_type is UnknownKeyError:
+        assert isinstance(info.value, KeyError)
+        assert str(info.value) == info.value.args[0]  # not KeyError's quoted repr
+
+
+def test_error_names_path_value_and_fix(raw):
+    with pytest.raises(ConfigError) as info:
+        _parse(raw, ["train.num_workers=0"])
+    assert (info.value.path, info.value.value, info.value.fix) == ("train.num_workers", 0, "must be >= 1")
+
+
+def test_missing_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match=re.escape(
+            f"config key '<file>' = '{missing}': no such config file; pass a path like conf/flights.yaml")):
+        load_config(missing)
+
+
+def test_invalid_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  epochs: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"config key '<file>' = '.*bad.yaml': not valid YAML: ") as info:
+        load_config(bad)
+    assert isinstance(info.value.__cause__, yaml.YAMLError)
+
+
+@pytest.mark.parametrize("text", ["- data\n- train\n", "just a string\n"], ids=["list", "scalar"])
+def test_yaml_root_must_be_a_mapping(tmp_path, text):
+    bad = tmp_path / "root.yaml"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=r"config key '<root>' = .*must be a YAML mapping with sections"):
+        load_config(bad, overrides=["train.epochs=1"])
+
+
+def test_only_safe_load(tmp_path):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(evil)
+
+
+def test_empty_file_gives_defaults(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing\n")
+    cfg = load_config(empty)
+    assert cfg.to_dict() == JobConfig().to_dict()
+    assert (cfg.train, cfg.features, cfg.data.source) == (None, (), "flights")
+
+
+def test_validation_happens_before_any_spark_work(tmp_path):
+    """`sparktrain run bad.yaml` fails in the config step: exit 1, a clear message, no JVM, no pyspark import."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(FLIGHTS_YAML.read_text().replace("num_workers: 2", "num_workers: 0"))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), PYSPARK_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    code = ("import sys\n"
+            "from sparktrain.cli import main\n"
+            f"rc = main(['run', {str(bad)!r}])\n"
+            "print('pyspark imported:', any(m == 'pyspark' or m.startswith('pyspark.') for m in sys.modules))\n"
+            "sys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "error: config key 'train.num_workers' = 0: must be >= 1" in proc.stderr
+    assert "pyspark imported: False" in proc.stdout
+    for spark_line in ("log4j", "SparkContext", "Using incubator modules", "NativeCodeLoader", "Traceback"):
+        assert spark_line not in out
+
+
+# ---------------------------------------------------------------- repr and flatten
+
+
+def test_non_default_repr_shows_only_changed_fields():
+    assert repr(TrainConfig()) == "TrainConfig()"
+    assert repr(TrainConfig(epochs=5, hidden_units=(32,))) == "TrainConfig(epochs=5, hidden_units=(32,))"
+    assert repr(SplitConfig(seed=7)) == "SplitConfig(seed=7)"
+    cfg = load_config(FLIGHTS_YAML)
+    assert repr(cfg.train) == "TrainConfig(learning_rate=0.002)"  # the rest of flights.yaml's train: is default
+    assert repr(cfg.data) == "DataConfig()"
+    text = repr(cfg)
+    assert text.startswith("JobConfig(name='flights-late', spark=SparkConfig(app_name='sparktrain-flights'), ")
+    assert "split=" not in text and "output=" not in text  # flights.yaml repeats the defaults there
+    assert "train=TrainConfig(learning_rate=0.002)" in text
+
+
+def test_flatten_dotted_keys():
+    flat = flatten({"a": {"b": 1, "c": {"d": "x"}}, "lst": [1, 2], "t": (0.5, "s"), "none": None,
+                    "features": [{"name": "f1", "type": "numeric", "clip": [-1, 1]},
+                                 {"name": "f2", "type": "boolean"}]})
+    assert flat == {"a.b": 1, "a.c.d": "x", "lst": "[1, 2]", "t": "[0.5, s]", "none": None,
+                    "features.f1.type": "numeric", "features.f1.clip": "[-1, 1]", "features.f2.type": "boolean"}
+
+
+def test_flatten_of_flights_config_round_trips_through_set():
+    cfg = load_config(FLIGHTS_YAML)
+    flat = flatten(cfg.to_dict())
+    assert flat["train.learning_rate"] == 0.002
+    assert flat["train.hidden_units"] == "[64, 64]"
+    assert flat["features.dep_delay.clip"] == "[-60.0, 600.0]"
+    assert flat["features.sched_departure.parts"] == "[hour, day_of_week, month]"
+    assert flat["features.carrier.type"] == "categorical"
+    assert flat["tune"] is None
+    assert "features" not in flat and "source_path" not in flat
+    assert all(not isinstance(v, (dict, list, tuple)) for v in flat.values())  # MLflow-param ready
+
+    # Every flattened key is a valid --set override: rebuilding from feature stubs gives the same config.
+    cfg = load_config(FLIGHTS_YAML, overrides=["spark.conf.spark.sql.shuffle.partitions=8"])
+    flat = flatten(cfg.to_dict())
+    assert flat["spark.conf.spark.sql.shuffle.partitions"] == "8"
+    stubs = {"features": [{"name": f.name, "type": f.type} for f in cfg.features]}
+    overrides = [f"{k}={'null' if v is None else v}" for k, v in flat.items()]
+    rebuilt = parse_config(apply_overrides(stubs, overrides))
+    assert rebuilt.to_dict() == cfg.to_dict()

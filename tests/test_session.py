@@ -1,0 +1,115 @@
+"""sparktrain.session: reuse of the active session, environment defaults, spark-defaults.conf."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sparktrain.session import get_or_create_session, master_of, read_spark_defaults
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_active_session_is_reused_not_replaced(spark):
+    again = get_or_create_session(master="local[1]", app_name="other", conf={"spark.sql.shuffle.partitions": "7"})
+    assert again is spark
+    assert master_of(again) == "local[2]"  # the active session's master wins over --master
+    assert again.conf.get("spark.sql.shuffle.partitions") == "2"  # and its settings are left alone
+    assert again.sparkContext.appName == "sparktrain-tests"
+
+
+def test_spark_defaults_conf_applied_under_job_conf(spark):
+    # from conf/spark-defaults.conf
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
+    assert spark.sparkContext.getConf().get("spark.task.maxFailures") == "2"
+    # the fixture's conf overrides the defaults file (which says 4)
+    assert read_spark_defaults()["spark.sql.shuffle.partitions"] == "4"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.sparkContext.getConf().get("spark.ui.enabled") == "false"
+    assert spark.range(10).selectExpr("sum(id)").first()[0] == 45
+
+
+def test_spark_log_level_is_warn(spark):
+    log_manager = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
+    assert str(log_manager.getRootLogger().getLevel()) == "WARN"
+
+
+def test_read_spark_defaults_parses_properties(tmp_path):
+    conf = tmp_path / "spark-defaults.conf"
+    conf.write_text(
+        "# a comment\n"
+        "   # an indented comment\n"
+        "! a properties-style comment\n"
+        "\n"
+        "spark.a            1\n"
+        "spark.b\ttwo words  here   \n"
+        "  spark.c=3\n"
+        "spark.d: 4\n"
+        "spark.e = five\n"
+        "spark.driver.extraJavaOptions -Dx=1 -Dy=2\n"
+        "spark.no.value\n"
+    )
+    assert read_spark_defaults(conf) == {
+        "spark.a": "1",
+        "spark.b": "two words  here",
+        "spark.c": "3",
+        "spark.d": "4",
+        "spark.e": "five",
+        "spark.driver.extraJavaOptions": "-Dx=1 -Dy=2",
+    }
+
+
+def test_read_spark_defaults_location(tmp_path, monkeypatch):
+    assert read_spark_defaults(tmp_path / "missing.conf") == {}
+    repo_defaults = read_spark_defaults()
+    assert repo_defaults["spark.sql.session.timeZone"] == "UTC"
+    lines = [ln for ln in (REPO / "conf" / "spark-defaults.conf").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    assert len(repo_defaults) == len(lines) == 9
+    other = tmp_path / "other.conf"
+    other.write_text("spark.sql.session.timeZone America/New_York\n")
+    monkeypatch.setenv("SPARKTRAIN_SPARK_DEFAULTS", str(other))
+    assert read_spark_defaults() == {"spark.sql.session.timeZone": "America/New_York"}
+
+
+_PREPARE = (
+    "import json, os, sys\n"
+    "sys.path.insert(0, {pkg!r})\n"
+    "from sparktrain.session import prepare_environment\n"
+    "prepare_environment()\n"
+    "print(json.dumps({{k: os.environ.get(k) for k in "
+    "('PYSPARK_PYTHON', 'PYSPARK_DRIVER_PYTHON', 'SPARK_LOCAL_IP', 'PYTHONPATH')}}))\n"
+)
+
+
+def _prepare_in_clean_env(**env):
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    proc = subprocess.run([sys.executable, "-c", _PREPARE.format(pkg=str(REPO / "python"))],
+                          env={**base, **env}, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_prepare_environment_sets_unset_variables():
+    got = _prepare_in_clean_env()
+    assert got["PYSPARK_PYTHON"] == sys.executable
+    assert got["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert got["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert got["PYTHONPATH"] == str(REPO / "python")
+
+
+def test_prepare_environment_keeps_user_values():
+    got = _prepare_in_clean_env(PYSPARK_PYTHON="/opt/py/bin/python", SPARK_LOCAL_IP="10.1.2.3",
+                                PYTHONPATH="/somewhere")
+    assert got["PYSPARK_PYTHON"] == "/opt/py/bin/python"
+    assert got["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert got["SPARK_LOCAL_IP"] == "10.1.2.3"
+    assert got["PYTHONPATH"].split(os.pathsep) == [str(REPO / "python"), "/somewhere"]
+
+
+def test_prepare_environment_does_not_duplicate_pythonpath():
+    pkg = str(REPO / "python")
+    assert _prepare_in_clean_env(PYTHONPATH=pkg)["PYTHONPATH"] == pkg
