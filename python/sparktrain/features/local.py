@@ -133,7 +133,7 @@ def _as_table(data: Any) -> pa.Table:
     if hasattr(data, "to_numpy") and hasattr(data, "columns"):  # pandas.DataFrame
         return pa.Table.from_pandas(data, preserve_index=False)
     if isinstance(data, Mapping):
-        return pa.table({k: pa.array(v, from_pandas=True) for k, v in data.items()})
+        return pa.table({k: pa.array(v) for k, v in data.items()})  # NaN stays a value (not null)
     raise TypeError(f"transform_local takes a pyarrow Table, a pandas DataFrame or a dict of arrays, "
                     f"not {type(data).__name__}")
 

@@ -1,0 +1,143 @@
+"""materialize / run_preprocess: deterministic split, Parquet + manifests + features.json + model, atomic."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.parquet as pq
+import pytest
+
+from sparktrain.config import load_config
+from sparktrain.errors import DataError, DatasetExistsError, MissingColumnError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cfg(path, source=None, features=None, **output):
+    cfg = load_config(REPO / "conf" / "flights.yaml")
+    data = replace(cfg.data, source=source) if source else cfg.data
+    out = replace(cfg.output, path=str(path), row_group_rows=4096, **output)
+    cfg = replace(cfg, data=data, output=out)
+    if features is not None:
+        from sparktrain.features.spec import parse_features
+        cfg = replace(cfg, features=parse_features(features))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def sample_dir(flights_sample):
+    return os.path.dirname(urlparse(flights_sample.inputFiles()[0]).path)
+
+
+@pytest.fixture(scope="module")
+def result(spark, sample_dir, tmp_path_factory):
+    from sparktrain.features.materialize import run_preprocess
+
+    out = tmp_path_factory.mktemp("mat") / "dataset"
+    return run_preprocess(spark, _cfg(out, source=sample_dir))
+
+
+def test_layout_counts_manifests_and_features_json(result, flights_sample):
+    root = Path(result.path)
+    assert sorted(p.name for p in root.iterdir()) == ["features.json", "pipeline_model", "test", "train", "validation"]
+    assert not [p for p in root.parent.iterdir() if ".staging-" in p.name]
+    total = flights_sample.count()
+    assert sum(result.row_counts.values()) == total
+    for split, frac in (("train", 0.8), ("validation", 0.1), ("test", 0.1)):
+        assert abs(result.row_counts[split] / total - frac) < 0.02, split
+        man = result.manifests[split]
+        assert man["num_rows"] == result.row_counts[split]
+        assert json.loads((root / split / "_manifest.json").read_text())["digest"] == man["digest"]
+        assert all(g <= 4096 for f in man["files"] for g in f["row_groups"])
+        types = {c["name"]: c["type"] for c in man["schema"]}
+        assert types.pop("flight_id") == "string" and types.pop("late") == "float"
+        assert set(types.values()) == {"float", "int32"}
+    meta = json.loads((root / "features.json").read_text())
+    assert meta == json.loads(json.dumps(result.features))
+    assert meta["dataset"]["splits"]["train"]["rows"] == result.row_counts["train"]
+    assert meta["dataset"]["split"]["fractions"] == {"train": 0.8, "validation": 0.1, "test": 0.1}
+    assert [f["name"] for f in meta["features"]][:3] == ["carrier", "origin", "dest"]
+    assert meta["dataset"]["pipeline_model"] == "pipeline_model"
+
+
+def test_split_is_by_key_only_whatever_the_partitioning(spark, result, flights_sample):
+    from pyspark.sql import functions as F
+
+    from sparktrain.config import SplitConfig
+    from sparktrain.features.materialize import split_expression
+
+    expr = split_expression("flight_id", SplitConfig(seed=42))
+    a = flights_sample.repartition(7).select("flight_id", F.expr(expr).alias("s"))
+    b = flights_sample.coalesce(1).select("flight_id", F.expr(expr).alias("s"))
+    assert a.exceptAll(b).count() == 0
+    for split in ("train", "validation", "test"):
+        written = spark.read.parquet(result.split_path(split)).select("flight_id")
+        expected = a.where(F.col("s") == split).select("flight_id")
+        assert written.exceptAll(expected).count() == 0 and expected.exceptAll(written).count() == 0
+    # golden values: a change of hash function or seed handling would move every row
+    golden = spark.createDataFrame([("2013-01-01|UA|1545|EWR|515|N14228",), ("a",), ("f",), ("g",)], "flight_id string")
+    assert [r[0] for r in golden.select(F.expr(expr)).collect()] == ["test", "train", "test", "validation"]
+    other_seed = split_expression("flight_id", SplitConfig(seed=7))
+    assert a.where(F.expr(other_seed) != F.col("s")).count() > 0
+
+
+def test_saved_pipeline_model_rescores_raw_rows_like_the_written_split(spark, result, flights_sample):
+    from pyspark.ml import PipelineModel
+
+    model = PipelineModel.load(result.pipeline_model)
+    test_keys = spark.read.parquet(result.split_path("test")).select("flight_id")
+    rescored = model.transform(flights_sample.join(test_keys, "flight_id", "left_semi"))
+    written = spark.read.parquet(result.split_path("test"))
+    assert rescored.columns == written.columns
+    assert rescored.exceptAll(written).count() == 0
+
+
+def test_format_summary_lists_splits_and_columns(result):
+    from sparktrain.features.materialize import format_summary
+
+    text = format_summary(result)
+    assert f"{result.row_counts['train']:,} rows" in text
+    card = {c["name"]: c["cardinality"] for c in result.features["columns"] if c["dtype"] == "int32"}
+    assert f"carrier={card['carrier']}" in text and "float32" in text and "rows/s" in text
+
+
+def test_failure_after_staging_leaves_the_previous_dataset_untouched(spark, flights_sample, tmp_path):
+    from sparktrain.features.materialize import materialize
+
+    out = tmp_path / "dataset"
+    out.mkdir()
+    (out / "marker").write_text("previous run")
+    # passes the checks, then the vocabulary limit stops the fit (halfway: input staged, nothing fitted)
+    cfg = _cfg(out, features=[{"name": "tailnum", "type": "categorical", "min_frequency": 2, "vocab_limit": 5},
+                              {"name": "distance", "type": "numeric"}])
+    with pytest.raises(DataError, match="more than 5 distinct values"):
+        materialize(spark, cfg, flights_sample)
+    assert [p.name for p in out.iterdir()] == ["marker"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging folder left behind
+
+
+def test_bad_input_fails_before_writing_anything(spark, flights_sample, tmp_path):
+    from sparktrain.features.materialize import materialize
+
+    cfg = _cfg(tmp_path / "dataset", features=[{"name": "dep_dealy", "type": "numeric"}])
+    with pytest.raises(MissingColumnError, match="Did you mean 'dep_delay'"):
+        materialize(spark, cfg, flights_sample)
+    bad = flights_sample.selectExpr("*", "IF(distance > 1000, CAST('Infinity' AS DOUBLE), distance) AS d").drop(
+        "distance").withColumnRenamed("d", "distance")
+    cfg = _cfg(tmp_path / "dataset", features=[{"name": "distance", "type": "numeric", "on_invalid": "error"}])
+    with pytest.raises(DataError, match=r"column 'distance' .* infinite values \(on_invalid: error\)"):
+        materialize(spark, cfg, bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overwrite_false_refuses_an_existing_dataset(spark, flights_sample, tmp_path):
+    from sparktrain.features.materialize import materialize
+
+    (tmp_path / "dataset").mkdir()
+    cfg = _cfg(tmp_path / "dataset", overwrite=False, features=[{"name": "distance", "type": "numeric"}])
+    with pytest.raises(DatasetExistsError):
+        materialize(spark, cfg, flights_sample)
