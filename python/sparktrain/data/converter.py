@@ -110,8 +110,6 @@ class SparkDatasetConverter:
                     raise ConfigError(old, value, f"give either '{old}' (petastorm) or '{new}', not both")
                 if value is not None:
                     out[new] = value
-        if out.get("shuffle_buffer", None) == 0:
-            out.setdefault("shuffle", False)
         out.setdefault("require_manifest", True)
         return out
 

@@ -5,16 +5,18 @@ helpers, never pyspark.  The shard/shuffle arithmetic lives in
 :mod:`sparktrain.data.sharding`, the Arrow-to-numpy rules in
 :mod:`sparktrain.data.arrays`; ``docs/reader.md`` is the user guide.
 
-Threads and memory: one background thread reads row groups
-(``ParquetFile.read_row_group``, decoded by Arrow's own thread pool),
-converts them to numpy, permutes a window and puts batches into a queue of
-``prefetch`` batches.  It holds at most two decoded row groups and one shuffle
-window, so memory stays bounded whatever the dataset size; the thread stops on
-:meth:`Reader.close` (and so on leaving the ``with`` block).
+Threads and memory: a background thread permutes windows of rows and puts
+them, cut into batches, into a queue of ``prefetch`` batches (rounded up to
+whole windows); a read-ahead worker decodes the next row group
+(``ParquetFile.read_row_group``, on Arrow's thread pool) meanwhile.  At most
+three decoded row groups and three windows are alive, so memory stays bounded
+whatever the dataset size; both threads stop on :meth:`Reader.close` (and so
+on leaving the ``with`` block).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import queue
@@ -34,6 +36,7 @@ from sparktrain.errors import ConfigError, DataError, MissingColumnError
 log = logging.getLogger(__name__)
 
 _END = object()
+_MIN_WINDOW_ROWS = 8192
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +131,11 @@ class Reader:
                 f"batch_size={batch_size}, drop_last={drop_last} a rank gets 0 batches per epoch. Use "
                 f"remainder='wrap', drop_last=False, a smaller batch_size or fewer workers.")
         self._rows_used = min(self._shard, self._steps * self._batch)
-        self._window = sharding.window_rows(self._batch, shuffle_buffer, self._shuffle)
         self._permute = self._shuffle and shuffle_buffer > 0
+        # Rows are handed over a window at a time; without a permutation the window size does not change
+        # the order, so it is just big enough to make per-window costs negligible.
+        self._window = sharding.window_rows(self._batch, shuffle_buffer, self._shuffle) if self._permute else \
+            -(-_MIN_WINDOW_ROWS // self._batch) * self._batch
         if cursor is None:
             cursor = Cursor()
         elif not isinstance(cursor, Cursor):
@@ -139,7 +145,9 @@ class Reader:
                               f"must be < steps_per_epoch ({self._steps}); the cursor comes from a reader with "
                               f"other arguments (batch size, world size, data)")
         self._start = self._cursor = cursor
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=int(prefetch))
+        # the queue holds whole windows: `prefetch` batches, rounded up to windows
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(1, -(-int(prefetch) * self._batch // self._window)))
+        self._pending: collections.deque[tuple[int, int, dict[str, np.ndarray]]] = collections.deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._done = self._closed = False
@@ -190,22 +198,23 @@ class Reader:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"sparktrain-reader-{self._rank}", daemon=True)
             self._thread.start()
-        while True:
+        while not self._pending:
             try:
                 item = self._queue.get(timeout=0.2)
-                break
             except queue.Empty:
                 if self._closed:
                     raise StopIteration from None
                 if not self._thread.is_alive() and self._queue.empty():
                     raise DataError("the reader's background thread ended without a result") from None
-        if item is _END:
-            self._done = True
-            raise StopIteration
-        if isinstance(item, BaseException):
-            self._done = True
-            raise item
-        epoch, k, batch = item
+                continue
+            if item is _END:
+                self._done = True
+                raise StopIteration
+            if isinstance(item, BaseException):
+                self._done = True
+                raise item
+            self._pending.extend(item)
+        epoch, k, batch = self._pending.popleft()
         self._cursor = Cursor(epoch + 1, 0) if k + 1 == self._steps else Cursor(epoch, k + 1)
         return batch
 
@@ -286,17 +295,17 @@ class Reader:
         while stop_epoch is None or epoch < stop_epoch:
             order = sharding.piece_order(len(self._ds.piece_rows), self._seed, epoch, self._shuffle)
             plan = sharding.EpochPlan(self._ds.piece_rows, order, self._rank, self._world, self._shard, used)
-            for win in range((k0 * B) // W, -(-used // W)):
+            first = (k0 * B) // W
+            source.schedule([seg[0] for seg in plan.segments(first * W, used)])
+            for win in range(first, -(-used // W)):
                 lo, hi = win * W, min(win * W + W, used)
                 perm = sharding.window_permutation(hi - lo, self._seed, epoch, self._world, self._rank, win) \
                     if self._permute else None
                 window = source.gather(plan.segments(lo, hi), perm)
-                for off in range(0, hi - lo, B):
-                    k = (lo + off) // B
-                    if k < k0:
-                        continue
-                    if not self._put((epoch, k, {c: a[off:off + B] for c, a in window.items()})):
-                        return
+                batches = [(epoch, (lo + off) // B, {c: a[off:off + B] for c, a in window.items()})
+                           for off in range(0, hi - lo, B) if (lo + off) // B >= k0]
+                if not self._put(batches):
+                    return
             epoch, k0 = epoch + 1, 0
 
 
@@ -336,7 +345,7 @@ def make_reader(path: str, columns: Sequence[str] | None = None, batch_size: int
     cursor : Cursor or dict, optional
         Where to start (see :class:`Cursor`).
     prefetch : int
-        Batches the background thread may hold ready.
+        Batches the background thread may hold ready (rounded up to whole windows).
     filesystem : pyarrow.fs.FileSystem, optional
         Filesystem of ``path``; inferred from the URI by default.
     require_manifest : bool

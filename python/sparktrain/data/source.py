@@ -10,7 +10,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -95,13 +96,27 @@ def load_dataset(path: str, filesystem: pafs.FileSystem | None, require_manifest
 
 
 class PieceSource:
-    """Reads and converts row groups for the background thread (small LRU caches)."""
+    """Reads and converts row groups for the background thread.
+
+    Reads run on one read-ahead worker: while the reader permutes and queues
+    the rows of one row group, the next scheduled one is being decoded.  At
+    most two converted row groups are cached plus the one read ahead.
+    """
 
     def __init__(self, ds: Dataset, columns: list[str], fill: Mapping[str, Any]) -> None:
         self.ds, self.columns, self.fill = ds, columns, fill
         self.files: collections.OrderedDict[int, tuple[Any, pq.ParquetFile]] = collections.OrderedDict()
         self.pieces: collections.OrderedDict[int, dict[str, np.ndarray]] = collections.OrderedDict()
         self.expected = pa.schema([ds.schema.field(c) for c in columns])
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparktrain-readahead")
+        self._ahead: dict[int, Future] = {}
+        self._schedule: list[int] = []
+        self._pos = 0
+
+    def schedule(self, pieces: Sequence[int]) -> None:
+        """Tell the source the order pieces will be asked for (enables read-ahead)."""
+        self._schedule = [p for i, p in enumerate(pieces) if i == 0 or pieces[i - 1] != p]
+        self._pos = 0
 
     def _file(self, i: int) -> pq.ParquetFile:
         if i in self.files:
@@ -121,14 +136,24 @@ class PieceSource:
             self.files.popitem(last=False)[1][0].close()
         return pf
 
-    def piece(self, p: int) -> dict[str, np.ndarray]:
-        if p in self.pieces:
-            return self.pieces[p]
+    def _load(self, p: int) -> dict[str, np.ndarray]:
         pf = self._file(int(self.ds.piece_file[p]))
         table = pf.read_row_group(int(self.ds.piece_rg[p]), columns=self.columns, use_threads=True)
-        self.pieces[p] = arrays.table_to_numpy(table, self.fill)
-        if len(self.pieces) > 2:
-            self.pieces.popitem(last=False)
+        return arrays.table_to_numpy(table, self.fill)
+
+    def piece(self, p: int) -> dict[str, np.ndarray]:
+        """Converted arrays of piece ``p``; starts reading the next scheduled piece."""
+        if p not in self.pieces:
+            future = self._ahead.pop(p, None) or self._pool.submit(self._load, p)
+            self.pieces[p] = future.result()
+            if len(self.pieces) > 2:
+                self.pieces.popitem(last=False)
+        sched = self._schedule
+        while self._pos < len(sched) and sched[self._pos] != p:
+            self._pos += 1
+        nxt = sched[self._pos + 1] if self._pos + 1 < len(sched) else None
+        if nxt is not None and nxt not in self.pieces and nxt not in self._ahead:
+            self._ahead = {nxt: self._pool.submit(self._load, nxt)}  # an unused read-ahead is dropped
         return self.pieces[p]
 
     def gather(self, segments: list[tuple[int, int, int]], perm: np.ndarray | None) -> dict[str, np.ndarray]:
@@ -145,6 +170,8 @@ class PieceSource:
         return out
 
     def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._ahead.clear()
         for handle, _ in self.files.values():
             handle.close()
         self.files.clear()
