@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 
@@ -42,6 +43,11 @@ def _write_dataset(path, n, files=2, row_group=100, manifest=True, extra_cols=Tr
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return _write_dataset(tmp_path_factory.mktemp("reader") / "ds", N_ROWS)
+
+
+def _first(path, columns, **kw):
+    with make_reader(path, columns, **kw) as r:
+        return next(r)
 
 
 def _ids(path, **kw):
@@ -161,6 +167,15 @@ def test_close_stops_the_thread(dataset):
     with make_reader(dataset, batch_size=10, num_epochs=None) as r2:
         next(r2)
     assert {t.ident for t in threading.enumerate()} - before == set()
+    # a reader dropped without close(): its finalizer stops the thread
+    r3 = make_reader(dataset, batch_size=10, num_epochs=None, prefetch=1)
+    next(r3)
+    threads = [t for t in threading.enumerate() if t.ident not in before]
+    del r3
+    gc.collect()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
 
 
 def test_columns_array_and_dtypes(dataset):
@@ -189,16 +204,16 @@ def test_nulls(tmp_path):
     pq.write_table(t, tmp_path / "n" / "a.parquet")
     p = str(tmp_path / "n")
     write_manifest(p, build_manifest(p))
-    b = next(make_reader(p, ["f", "s", "lst", "nested"], batch_size=3, shuffle=False))
+    b = _first(p, ["f", "s", "lst", "nested"], batch_size=3, shuffle=False)
     np.testing.assert_array_equal(b["f"], [1.0, np.nan, 3.0])
     assert b["s"].tolist() == ["a", None, "c"]
     np.testing.assert_array_equal(b["lst"], [[1, 2], [np.nan, np.nan], [np.nan, 6]])
     assert b["nested"].shape == (3, 1, 2) and b["nested"].dtype == np.int16
     with pytest.raises(DataError, match="column 'i'.*fill_null"):
-        next(make_reader(p, ["i"], batch_size=3))
+        _first(p, ["i"], batch_size=3)
     with pytest.raises(DataError, match="column 'ilst'"):
-        next(make_reader(p, ["ilst"], batch_size=3))
-    b = next(make_reader(p, ["i", "ilst"], batch_size=3, shuffle=False, fill_null={"i": -1, "ilst": 0}))
+        _first(p, ["ilst"], batch_size=3)
+    b = _first(p, ["i", "ilst"], batch_size=3, shuffle=False, fill_null={"i": -1, "ilst": 0})
     assert b["i"].tolist() == [1, -1, 3] and b["i"].dtype == np.int64
     assert b["ilst"].tolist() == [[1, 2], [3, 0], [5, 6]]
 
@@ -217,10 +232,10 @@ def test_ragged_lists_and_ml_vectors(tmp_path):
     pq.write_table(t, tmp_path / "v" / "a.parquet")
     p = str(tmp_path / "v")
     write_manifest(p, build_manifest(p))
-    b = next(make_reader(p, ["vec"], batch_size=4, shuffle=False))
+    b = _first(p, ["vec"], batch_size=4, shuffle=False)
     np.testing.assert_array_equal(b["vec"], [[1, 2, 3], [0, 0, 9], [np.nan] * 3, [4, 5, 0]])
     with pytest.raises(DataError, match=r"'rag'.*different lengths \(1..2\)"):
-        next(make_reader(p, ["rag"], batch_size=4))
+        _first(p, ["rag"], batch_size=4)
 
 
 # ----------------------------------------------------------------------------- bad input (§9)

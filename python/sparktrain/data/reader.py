@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
@@ -30,7 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from sparktrain.data import arrays, sharding
-from sparktrain.data.source import PieceSource, load_dataset
+from sparktrain.data.source import Dataset, PieceSource, load_dataset
 from sparktrain.errors import ConfigError, DataError, MissingColumnError
 
 log = logging.getLogger(__name__)
@@ -196,8 +197,7 @@ class Reader:
         if self._closed or self._done:
             raise StopIteration
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"sparktrain-reader-{self._rank}", daemon=True)
-            self._thread.start()
+            self._thread = self._start_thread()
         while not self._pending:
             try:
                 item = self._queue.get(timeout=0.2)
@@ -258,55 +258,83 @@ class Reader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001, S110 - interpreter shutdown; nothing left to report to
-            pass
-
     def __repr__(self) -> str:
         return (f"Reader(path={self.path!r}, rank={self._rank}, world_size={self._world}, batch_size={self._batch}, "
                 f"steps_per_epoch={self._steps}, cursor={self._cursor})")
 
     # ------------------------------------------------------------------ background thread
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _start_thread(self) -> threading.Thread:
+        # The thread gets plain values, not `self`: a reader dropped without close() is then
+        # garbage-collected, and its finalizer stops the thread.
+        job = _Job(self._ds, self._columns, self._fill, self._start, self._num_epochs, self._batch, self._window,
+                   self._rows_used, self._shard, self._seed, self._shuffle, self._permute, self._rank, self._world)
+        thread = threading.Thread(target=_run, args=(job, self._queue, self._stop),
+                                  name=f"sparktrain-reader-{self._rank}", daemon=True)
+        weakref.finalize(self, self._stop.set)
+        thread.start()
+        return thread
 
-    def _run(self) -> None:
-        source = PieceSource(self._ds, self._columns, self._fill)
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """Everything the background thread needs (plain values, no reader)."""
+
+    ds: Dataset
+    columns: list[str]
+    fill: Mapping[str, Any]
+    start: Cursor
+    num_epochs: int | None
+    batch: int
+    window: int
+    rows_used: int
+    shard: int
+    seed: int
+    shuffle: bool
+    permute: bool
+    rank: int
+    world: int
+
+
+def _put(q: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
+    while not stop.is_set():
         try:
-            self._produce(source)
-            self._put(_END)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer, re-raised there
-            self._put(e)
-        finally:
-            source.close()
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
 
-    def _produce(self, source: PieceSource) -> None:
-        epoch, k0 = self._start.epoch, self._start.batch_index
-        stop_epoch = None if self._num_epochs is None else epoch + self._num_epochs
-        B, W, used = self._batch, self._window, self._rows_used
-        while stop_epoch is None or epoch < stop_epoch:
-            order = sharding.piece_order(len(self._ds.piece_rows), self._seed, epoch, self._shuffle)
-            plan = sharding.EpochPlan(self._ds.piece_rows, order, self._rank, self._world, self._shard, used)
-            first = (k0 * B) // W
-            source.schedule([seg[0] for seg in plan.segments(first * W, used)])
-            for win in range(first, -(-used // W)):
-                lo, hi = win * W, min(win * W + W, used)
-                perm = sharding.window_permutation(hi - lo, self._seed, epoch, self._world, self._rank, win) \
-                    if self._permute else None
-                window = source.gather(plan.segments(lo, hi), perm)
-                batches = [(epoch, (lo + off) // B, {c: a[off:off + B] for c, a in window.items()})
-                           for off in range(0, hi - lo, B) if (lo + off) // B >= k0]
-                if not self._put(batches):
-                    return
-            epoch, k0 = epoch + 1, 0
+
+def _run(job: _Job, q: queue.Queue[Any], stop: threading.Event) -> None:
+    source = PieceSource(job.ds, job.columns, job.fill)
+    try:
+        _produce(job, source, q, stop)
+        _put(q, stop, _END)
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer, re-raised there
+        _put(q, stop, e)
+    finally:
+        source.close()
+
+
+def _produce(job: _Job, source: PieceSource, q: queue.Queue[Any], stop: threading.Event) -> None:
+    epoch, k0 = job.start.epoch, job.start.batch_index
+    stop_epoch = None if job.num_epochs is None else epoch + job.num_epochs
+    B, W, used = job.batch, job.window, job.rows_used
+    while stop_epoch is None or epoch < stop_epoch:
+        order = sharding.piece_order(len(job.ds.piece_rows), job.seed, epoch, job.shuffle)
+        plan = sharding.EpochPlan(job.ds.piece_rows, order, job.rank, job.world, job.shard, used)
+        first = (k0 * B) // W
+        source.schedule([seg[0] for seg in plan.segments(first * W, used)])
+        for win in range(first, -(-used // W)):
+            lo, hi = win * W, min(win * W + W, used)
+            perm = sharding.window_permutation(hi - lo, job.seed, epoch, job.world, job.rank, win) \
+                if job.permute else None
+            window = source.gather(plan.segments(lo, hi), perm)
+            batches = [(epoch, (lo + off) // B, {c: a[off:off + B] for c, a in window.items()})
+                       for off in range(0, hi - lo, B) if (lo + off) // B >= k0]
+            if not _put(q, stop, batches):
+                return
+        epoch, k0 = epoch + 1, 0
 
 
 def make_reader(path: str, columns: Sequence[str] | None = None, batch_size: int = 1024, *, rank: int = 0,
