@@ -57,5 +57,11 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy python/sparktrain
 
+# MLflow UI + tracking server on 127.0.0.1 over the store `make demo` writes (MLFLOW_PORT=5001 to move it).
+MLFLOW_PORT ?= 5000
+mlflow-server: setup
+	$(VENV)/bin/sparktrain mlflow-server --port $(MLFLOW_PORT) --backend-store-uri sqlite:///work/mlflow.db \
+		--artifacts-destination work/mlartifacts
+
 clean:
 	rm -rf work build .pytest_cache

@@ -53,3 +53,22 @@ def flights_sample(spark, flights_df, tmp_path_factory):
     path = tmp_path_factory.mktemp("flights_sample") / "raw.parquet"
     flights_df.where("abs(hash(flight_id)) % 20 = 0").coalesce(1).write.parquet(str(path))
     return spark.read.parquet(str(path))
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 (free port, sqlite backend, artifacts under tmp); yields its URL."""
+    from sparktrain.track.server import MlflowServer
+
+    base = tmp_path_factory.mktemp("mlflow_server")
+    server = MlflowServer(backend_store_uri=f"sqlite:///{base / 'mlflow.db'}",
+                          artifacts_destination=str(base / "artifacts"), log_path=str(base / "server.log"))
+    server.start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def tracking_uri(tmp_path):
+    """A fresh sqlite tracking store under tmp (``sqlite:////abs/path/mlflow.db``)."""
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"

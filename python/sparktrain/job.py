@@ -7,8 +7,10 @@ notebooks can call them one at a time.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -35,6 +37,7 @@ class JobResult:
     tune: Any = None
     skipped: List[str] = field(default_factory=list)
     seconds: Dict[str, float] = field(default_factory=dict)
+    tracking: Any = None  # TrackingSummary when tracking is enabled
 
 
 def stage_available(stage: str) -> bool:
@@ -51,6 +54,10 @@ def stage_available(stage: str) -> bool:
 def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "train", "tune"),
             master: Optional[str] = None, spark=None) -> JobResult:
     """Run ``stages`` of ``cfg`` and print a short report of each.
+
+    With ``tracking.enabled`` (the default) the job is an MLflow parent run and
+    each stage a child run (see :mod:`sparktrain.track`); the tracking store
+    is checked before any Spark work, and the trained model is registered.
 
     Parameters
     ----------
@@ -71,34 +78,102 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         print(f"stages not built yet: {', '.join(missing)} (see the issues tracker)")
         result.skipped.extend(missing)
         wanted = [s for s in wanted if s not in missing]
+    tracker = None
+    if cfg.tracking.enabled:
+        from sparktrain.track.tracker import JobTracker
+
+        tracker = JobTracker(cfg)  # preflight: fails here, naming the URI, before any Spark work
     spark = spark or get_or_create_session(master or cfg.spark.master, cfg.spark.app_name, cfg.spark.conf)
 
-    if "profile" in wanted:
-        from sparktrain.datasets import load_source
-        from sparktrain.profile import profile
+    with contextlib.ExitStack() as stack:
+        if tracker is not None:
+            result.tracking = TrackingSummary(uri=tracker.uri, experiment_id=tracker.experiment_id,
+                                              run_id=stack.enter_context(tracker.job(spark, master)).run_id)
+        if "profile" in wanted:
+            from sparktrain.datasets import load_source
+            from sparktrain.profile import profile
 
-        t0 = time.perf_counter()
-        df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
-        result.profile = profile(df, label=cfg.data.label)
-        result.seconds["profile"] = time.perf_counter() - t0
-        print(f"== profile of {cfg.data.source} (scale {cfg.data.scale})")
-        print(result.profile.format())
-    if "preprocess" in wanted:
-        from sparktrain.features.materialize import format_summary, run_preprocess
+            with _stage(tracker, "profile") as run:
+                t0 = time.perf_counter()
+                df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
+                result.profile = profile(df, label=cfg.data.label)
+                result.seconds["profile"] = time.perf_counter() - t0
+                if run is not None:
+                    from sparktrain.track.stages import log_profile
+                    log_profile(run, result.profile)
+            print(f"== profile of {cfg.data.source} (scale {cfg.data.scale})")
+            print(result.profile.format())
+        if "preprocess" in wanted:
+            from sparktrain.features.materialize import format_summary, run_preprocess
 
-        t0 = time.perf_counter()
-        result.preprocess = run_preprocess(spark, cfg)
-        result.seconds["preprocess"] = time.perf_counter() - t0
-        print("== preprocess")
-        print(format_summary(result.preprocess))
-    if "train" in wanted:
-        t0 = time.perf_counter()
-        dataset = result.preprocess.path if result.preprocess is not None else cfg.output.path
-        result.train = train_stage(spark, cfg, dataset)
-        result.seconds["train"] = time.perf_counter() - t0
-        print("== train")
-        print(result.train.format())
+            with _stage(tracker, "preprocess") as run:
+                t0 = time.perf_counter()
+                result.preprocess = run_preprocess(spark, cfg)
+                result.seconds["preprocess"] = time.perf_counter() - t0
+                if run is not None:
+                    from sparktrain.track.stages import log_preprocess
+                    log_preprocess(run, _dataset_path(result.preprocess, cfg))
+            print("== preprocess")
+            print(format_summary(result.preprocess))
+        if "train" in wanted:
+            dataset = _dataset_path(result.preprocess, cfg)
+            with _stage(tracker, "train") as run:
+                t0 = time.perf_counter()
+                callback = run.callback() if run is not None else None
+                result.train = train_stage(spark, cfg, dataset, callbacks=[callback] if callback else [],
+                                           run_id=run.run_id if run is not None else None)
+                result.seconds["train"] = time.perf_counter() - t0
+                print("== train")
+                print(result.train.format())
+                if run is not None and tracker is not None and result.tracking is not None:
+                    from sparktrain.track.stages import log_training
+                    result.tracking.model = log_training(tracker, run, spark, cfg, result.train, dataset, callback)
+    if result.tracking is not None:
+        print("== MLflow")
+        print(result.tracking.format())
     return result
+
+
+@dataclass
+class TrackingSummary:
+    """Where a job's MLflow runs and model went."""
+
+    uri: str
+    experiment_id: str
+    run_id: str
+    model: Any = None  # sparktrain.track.registry.RegisteredVersion
+
+    def format(self) -> str:
+        from sparktrain.track.params import mask_url_password
+        from sparktrain.track.store import is_remote
+
+        lines = [f"job run:  {self.run_id} (experiment {self.experiment_id}, {mask_url_password(self.uri)})"]
+        m = self.model
+        if m is not None and m.version is not None:
+            score = f", {m.metric} {m.score:.4f}" if m.score is not None else ""
+            champ = "alias champion -> this version" if m.champion else "champion unchanged (not better)"
+            lines.append(f"model:    registered '{m.name}' version {m.version}{score}; {champ}")
+            lines.append(f"score:    sparktrain score --model models:/{m.name}@champion --input RAW --output OUT")
+        elif m is not None:
+            lines.append(f"model:    {m.model_uri} (tracking.register is off)")
+        if is_remote(self.uri):
+            lines.append(f"UI:       {self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
+        else:
+            lines.append("UI:       make mlflow-server   (or: sparktrain mlflow-server), then open "
+                         f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}")
+            if self.uri != "sqlite:///" + os.path.abspath("work/mlflow.db"):
+                lines.append(f"          with this store: .venv/bin/mlflow ui --backend-store-uri {self.uri} "
+                             f"--host 127.0.0.1 --port 5000")
+        return "\n".join(lines)
+
+
+def _stage(tracker: Any, name: str):
+    """The tracker's stage run, or a no-op context yielding ``None`` when tracking is off."""
+    return tracker.stage(name) if tracker is not None else contextlib.nullcontext(None)
+
+
+def _dataset_path(preprocess: Any, cfg: JobConfig) -> str:
+    return preprocess.path if preprocess is not None else cfg.output.path
 
 
 @dataclass
@@ -128,8 +203,6 @@ class TrainResult:
 def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[Any] = (),
                 run_id: Optional[str] = None) -> TrainResult:
     """Fit the ``train:`` section's estimator on a materialized dataset, then evaluate on its test split."""
-    import os
-
     from sparktrain.train.evaluate import estimator_from_config, evaluate_model, logistic_baseline
 
     t0 = time.perf_counter()

@@ -1,0 +1,122 @@
+"""Data lineage: the train/validation/test splits as MLflow dataset inputs.
+
+Everything comes from each split's ``_manifest.json`` (path, digest, row
+count, schema); no data is read.  A dataset's MLflow digest is the first 32
+hex characters of the manifest digest (MLflow keeps at most 36); the full
+sha256 is in its profile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from mlflow.data.meta_dataset import MetaDataset
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+CONTEXTS = {"train": "training", "validation": "validation", "test": "testing"}
+
+# Arrow type strings (as the manifest writes them) -> MLflow column types.
+_TYPES = {"float": "float", "double": "double", "int8": "integer", "int16": "integer", "int32": "integer",
+          "int64": "long", "uint8": "integer", "uint16": "integer", "uint32": "long", "bool": "boolean",
+          "string": "string", "large_string": "string", "binary": "binary", "large_binary": "binary",
+          "date32[day]": "datetime"}
+
+
+def mlflow_schema(entries: Sequence[Mapping[str, Any]]):
+    """An :class:`mlflow.types.Schema` for a manifest's ``schema`` list (lists as arrays)."""
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import Array
+
+    cols: List[Any] = []
+    for e in entries:
+        t = str(e["type"])
+        if t.startswith(("list<", "large_list<", "fixed_size_list<")):
+            inner = t[t.index("<") + 1:t.index(">")]
+            col_type: Any = Array(DataType[_TYPES.get(inner, "string")])
+        elif t.startswith("timestamp"):
+            col_type = DataType.datetime
+        else:
+            col_type = DataType[_TYPES.get(t, "string")]
+        cols.append(ColSpec(col_type, e["name"], required=not e.get("nullable", True)))
+    return Schema(cols)
+
+
+class ManifestDataset(MetaDataset):
+    """A metadata-only MLflow dataset built from a ``_manifest.json`` (the data is never loaded)."""
+
+    def __init__(self, path: str, manifest: Mapping[str, Any], name: Optional[str] = None) -> None:
+        from mlflow.data.spark_dataset_source import SparkDatasetSource
+
+        self._manifest = dict(manifest)
+        full = str(manifest.get("digest") or "")
+        super().__init__(source=SparkDatasetSource(path=os.path.abspath(path)),
+                         name=name or os.path.basename(os.path.normpath(path)),
+                         digest=full[:32] or None, schema=mlflow_schema(manifest.get("schema", [])))
+
+    @property
+    def profile(self) -> Dict[str, Any]:
+        m = self._manifest
+        files = m.get("files", [])
+        return {"num_rows": int(m.get("num_rows", 0)), "num_files": len(files),
+                "size_bytes": int(sum(f.get("size_bytes", 0) for f in files)),
+                "sha256": m.get("digest"), "created_at": m.get("created_at")}
+
+    def to_dict(self) -> Dict[str, str]:
+        out = super().to_dict()
+        out["profile"] = json.dumps(self.profile)
+        return out
+
+
+def read_split_manifest(dataset_root: str, split: str) -> Optional[Dict[str, Any]]:
+    """The manifest of one split, or ``None`` when the split or its manifest is absent."""
+    from sparktrain.data.manifest import read_manifest
+
+    path = os.path.join(dataset_root, split)
+    if not os.path.isdir(path):
+        return None
+    return read_manifest(path)
+
+
+def split_datasets(dataset_root: str, name: Optional[str] = None) -> Dict[str, ManifestDataset]:
+    """``{split: ManifestDataset}`` for the splits of a materialized dataset that have a manifest."""
+    base = name or os.path.basename(os.path.normpath(dataset_root))
+    out = {}
+    for split in SPLITS:
+        manifest = read_split_manifest(dataset_root, split)
+        if manifest is None:
+            log.warning("no manifest for split '%s' under %s: not logged as a dataset input", split, dataset_root)
+            continue
+        out[split] = ManifestDataset(os.path.join(dataset_root, split), manifest, name=f"{base}-{split}")
+    return out
+
+
+def log_dataset_inputs(client: Any, run_ids: Sequence[str], dataset_root: str,
+                       name: Optional[str] = None) -> Dict[str, ManifestDataset]:
+    """``log_inputs`` of every split to each run in ``run_ids`` (context: training/validation/testing)."""
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    datasets = split_datasets(dataset_root, name)
+    inputs: List[Any] = [DatasetInput(ds._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, CONTEXTS[s])])
+                         for s, ds in datasets.items()]
+    if inputs:
+        for run_id in run_ids:
+            client.log_inputs(run_id, datasets=inputs)
+    return datasets
+
+
+def manifest_files(dataset_root: str) -> Dict[str, str]:
+    """``{split: path of _manifest.json}`` for the splits that have one."""
+    from sparktrain.data.manifest import MANIFEST_NAME
+
+    out = {}
+    for split in SPLITS:
+        p = os.path.join(dataset_root, split, MANIFEST_NAME)
+        if os.path.isfile(p):
+            out[split] = p
+    return out

@@ -1,0 +1,256 @@
+"""One MLflow model holding the fitted feature transforms and the network.
+
+The pyfunc model (:class:`SparktrainModel`) takes **raw** rows: its signature
+lists the columns the features read, with their raw types, and
+``predict(pandas_df)`` applies :func:`sparktrain.features.local.transform_local`
+(numpy/pyarrow from the fitted statistics in ``features.json``), then the
+network, through the same predictor the Spark Transformer uses.  The model's
+artifacts:
+
+``network/model.bin``   the serialized network (``_DistributedModel.model_bytes``)
+``network/spec.json``   framework, :class:`InputSpec`, history
+``features/features.json``  the fitted transforms
+``pipeline_model/``     the fitted Spark ``PipelineModel`` (for Spark-side scoring,
+                        :func:`load_spark_model`)
+
+The ``sparktrain`` package travels with the model (``code_paths``), so
+``mlflow models serve --env-manager local`` and ``spark_udf`` need nothing
+but the pinned dependencies.
+
+Signature types: a numeric feature's column is ``double`` (pass floats; NaN or
+null is missing), a categorical or crossed column keeps its raw type
+(``string``, ``long``, ``boolean``, ``double``), a datetime column is
+``datetime`` (naive values are read in ``features.json``'s ``timezone``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any, Dict, List, Optional, Tuple
+
+import mlflow.pyfunc
+import pandas as pd
+from mlflow.pyfunc import PythonModel
+
+log = logging.getLogger(__name__)
+
+NETWORK = "network"
+FEATURES = "features"
+PIPELINE = "pipeline_model"
+
+_SPARK_TO_MLFLOW = {"string": "string", "boolean": "boolean", "tinyint": "long", "smallint": "long",
+                    "int": "long", "bigint": "long", "float": "double", "double": "double",
+                    "timestamp": "datetime", "timestamp_ntz": "datetime", "date": "datetime"}
+#: MLflow column type -> the Spark type :func:`sparktrain.track.scoring.score_path` casts to.
+MLFLOW_TO_SPARK = {"string": "string", "boolean": "boolean", "long": "bigint", "integer": "int",
+                   "double": "double", "float": "float", "datetime": "timestamp", "binary": "binary"}
+
+
+def raw_columns(meta: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """``[(raw column, MLflow type)]`` the features read, in first-use order (see the module docstring)."""
+    out: Dict[str, str] = {}
+
+    def add(col: str, spark_type: Optional[str], kind: str) -> None:
+        if kind == "numeric":
+            t = "double"
+        elif kind == "datetime":
+            t = "datetime"
+        elif kind == "boolean":
+            t = "boolean"
+        else:
+            t = _SPARK_TO_MLFLOW.get(str(spark_type or "string").lower(), "string")
+            if str(spark_type or "").startswith("decimal"):
+                t = "double"
+        if col not in out or (kind in ("categorical", "crossed") and out[col] == "double"):
+            out[col] = t
+
+    for f in meta["features"]:
+        if f["type"] == "crossed":
+            for col, st in zip(f["columns"], f.get("source_dtypes") or [None] * len(f["columns"])):
+                add(col, st, "crossed")
+        else:
+            add(f["source"], f.get("source_dtype"), f["type"])
+    return list(out.items())
+
+
+def output_columns(task: str) -> List[Tuple[str, str]]:
+    """``[(column, Spark SQL type)]`` that ``predict`` returns for ``task``."""
+    if task == "binary":
+        return [("prediction", "double"), ("probability", "double")]
+    if task == "multiclass":
+        return [("prediction", "double"), ("probability", "array<double>")]
+    return [("prediction", "double")]
+
+
+def model_signature(meta: Dict[str, Any], task: str):
+    """The :class:`~mlflow.models.ModelSignature` on the raw input columns."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import Array
+
+    cols: List[Any] = [ColSpec(DataType[t], name) for name, t in raw_columns(meta)]
+    inputs = Schema(cols)
+    outs: List[Any] = [ColSpec(Array(DataType.double) if t.startswith("array") else DataType.double, n)
+            for n, t in output_columns(task)]
+    return ModelSignature(inputs=inputs, outputs=Schema(outs))
+
+
+def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: bytes, inputs: Any):
+    """Raw pandas rows -> ``prediction`` (and ``probability``) as a pandas DataFrame."""
+    import numpy as np
+    import pandas as pd
+
+    from sparktrain.features.local import transform_local
+    from sparktrain.train._executor.batches import scoring_arrays
+    from sparktrain.train._executor.predict import get_predictor
+
+    if not isinstance(df, pd.DataFrame):
+        df = pd.DataFrame(df)
+    tz = meta.get("timezone") or "UTC"
+    if tz != "UTC":  # naive timestamps mean wall time in the training session's time zone, as in Spark
+        df = df.copy()
+        for col in df.columns:
+            if pd.api.types.is_datetime64_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
+                df[col] = df[col].dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
+    arrays = transform_local(df, meta)
+    out = get_predictor(framework, model_bytes, inputs)(*scoring_arrays(arrays, inputs))
+    if inputs.task == "binary":
+        p = np.asarray(out, dtype=np.float64).reshape(-1)
+        return pd.DataFrame({"prediction": (p > 0.5).astype(np.float64), "probability": p})
+    if inputs.task == "multiclass":
+        p = np.asarray(out, dtype=np.float64)
+        return pd.DataFrame({"prediction": np.argmax(p, axis=1).astype(np.float64), "probability": list(p)})
+    return pd.DataFrame({"prediction": np.asarray(out, dtype=np.float64).reshape(-1)})
+
+
+class SparktrainModel(PythonModel):
+    """MLflow pyfunc: raw rows in, ``prediction``/``probability`` out (see the module docstring)."""
+
+    def load_context(self, context: Any) -> None:
+        from sparktrain.train._executor.spec import InputSpec
+
+        net = context.artifacts[NETWORK]
+        with open(os.path.join(net, "model.bin"), "rb") as fh:
+            self.model_bytes = fh.read()
+        with open(os.path.join(net, "spec.json")) as fh:
+            spec = json.load(fh)
+        self.framework = spec["framework"]
+        self.inputs = InputSpec.from_dict(spec["inputs"])
+        with open(os.path.join(context.artifacts[FEATURES], "features.json")) as fh:
+            self.meta = json.load(fh)
+
+    # pd.DataFrame is a hint MLflow infers no schema from: the logged signature stays in charge.
+    def predict(self, context: Any, model_input: pd.DataFrame,
+                params: Optional[Dict[str, Any]] = None) -> pd.DataFrame:
+        """Raw pandas rows -> ``prediction`` (and ``probability``)."""
+        return predict_frame(model_input, self.meta, self.framework, self.model_bytes, self.inputs)
+
+
+def write_bundle(model: Any, dataset_root: str, folder: str) -> Dict[str, str]:
+    """Write the model's artifacts under ``folder``; returns the pyfunc ``artifacts`` mapping."""
+    net = os.path.join(folder, NETWORK)
+    os.makedirs(net)
+    with open(os.path.join(net, "model.bin"), "wb") as fh:
+        fh.write(model.model_bytes)
+    with open(os.path.join(net, "spec.json"), "w") as fh:
+        json.dump({"framework": model.framework, "inputs": model.inputs.to_dict(), "history": model.history,
+                   "label": model.getLabelCol()}, fh, indent=1)
+    feats = os.path.join(folder, FEATURES)
+    os.makedirs(feats)
+    shutil.copy2(os.path.join(dataset_root, "features.json"), os.path.join(feats, "features.json"))
+    artifacts = {NETWORK: net, FEATURES: feats}
+    pipeline = os.path.join(dataset_root, PIPELINE)
+    if os.path.isdir(pipeline):
+        shutil.copytree(pipeline, os.path.join(folder, PIPELINE))
+        artifacts[PIPELINE] = os.path.join(folder, PIPELINE)
+    else:
+        log.warning("no fitted pipeline at %s: the model will score with features.json only", pipeline)
+    return artifacts
+
+
+def _package_copy(folder: str) -> str:
+    """A clean copy of the ``sparktrain`` package (no caches) to ship as ``code_paths``."""
+    import sparktrain
+
+    src = os.path.dirname(os.path.abspath(sparktrain.__file__))
+    dst = os.path.join(folder, "sparktrain")
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dst
+
+
+def pip_requirements(framework: str) -> List[str]:
+    """Pinned requirements for serving (the versions installed now)."""
+    from sparktrain.track.params import framework_versions
+
+    v = framework_versions()
+    names = ["mlflow", "pyarrow", "pandas", "numpy"] + (["torch"] if framework == "torch" else ["tensorflow"])
+    out = []
+    for n in names:
+        if n in v:
+            out.append(f"{'tensorflow-cpu' if n == 'tensorflow' else n}=={v[n]}")
+    return out
+
+
+def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: Any = None,
+                     name: str = "model", metadata: Optional[Dict[str, Any]] = None,
+                     params: Optional[Dict[str, Any]] = None, client: Any = None):
+    """Log the pyfunc model to run ``run_id`` (in that run's experiment); returns MLflow's ``ModelInfo``.
+
+    The model is logged "from code" (:mod:`sparktrain.track._model_code`), not
+    pickled, with the ``sparktrain`` package as ``code_paths``.
+    """
+    import mlflow
+    from mlflow.models import Model
+
+    client = client or mlflow.MlflowClient()
+    experiment_id = client.get_run(run_id).info.experiment_id
+    # Created first so the model lands in the run's experiment, not the process's active one.
+    logged = mlflow.initialize_logged_model(name=name, source_run_id=run_id, experiment_id=experiment_id,
+                                            params={k: str(v) for k, v in (params or {}).items()},
+                                            tags={"sparktrain.framework": model.framework})
+    with open(os.path.join(dataset_root, "features.json")) as fh:
+        meta = json.load(fh)
+    entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_model_code.py")
+    with tempfile.TemporaryDirectory(prefix="sparktrain-model-") as tmp:
+        artifacts = write_bundle(model, dataset_root, os.path.join(tmp, "bundle"))
+        code = _package_copy(os.path.join(tmp, "code"))
+        return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
+                         model_id=logged.model_id, python_model=entry, artifacts=artifacts, code_paths=[code],
+                         signature=model_signature(meta, model.inputs.task), input_example=input_example,
+                         pip_requirements=pip_requirements(model.framework),
+                         metadata={"sparktrain": {"framework": model.framework, "task": model.inputs.task,
+                                                  "label": model.getLabelCol(), **(metadata or {})}})
+
+
+def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
+    """The model at ``model_uri`` as a Spark ``PipelineModel``: fitted feature stages + the network.
+
+    ``transform`` takes raw rows and adds ``prediction``/``probability``,
+    entirely in Spark (the JVM runs the feature stages).
+    """
+    from mlflow.artifacts import download_artifacts
+    from pyspark.ml import PipelineModel
+
+    from sparktrain.train._executor.spec import InputSpec
+    from sparktrain.train.model import KerasModel, TorchModel
+
+    local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)
+    root = os.path.join(local, "artifacts")
+    pipeline = os.path.join(root, PIPELINE)
+    if not os.path.isdir(pipeline):
+        from sparktrain.errors import TrackingError
+        raise TrackingError(f"model {model_uri} has no fitted Spark pipeline ({PIPELINE}/); "
+                            f"score it with mlflow.pyfunc.spark_udf instead")
+    with open(os.path.join(root, NETWORK, "spec.json")) as fh:
+        spec = json.load(fh)
+    with open(os.path.join(root, NETWORK, "model.bin"), "rb") as fh:
+        model_bytes = fh.read()
+    cls = TorchModel if spec["framework"] == "torch" else KerasModel
+    net = cls(framework=spec["framework"], model_bytes=model_bytes, inputs=InputSpec.from_dict(spec["inputs"]),
+              history=spec.get("history", []))
+    net._set(labelCol=spec.get("label", "label"))
+    return PipelineModel(stages=[*PipelineModel.load(pipeline).stages, net])

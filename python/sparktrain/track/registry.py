@@ -1,0 +1,234 @@
+"""Model registry: log the one model, register it, keep ``champion`` on the best version.
+
+A version's score is stored in its tags (``sparktrain.score_metric``,
+``sparktrain.score``, ``sparktrain.higher_is_better``).  The score metric is
+the test ROC AUC for binary models, test accuracy for multiclass, test RMSE for
+regression, and the last epoch's validation loss when there is no test split.
+The alias moves only to a strictly better version; a champion with no
+comparable score (other metric, no tags, no such run metric) is replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from sparktrain.errors import ModelNotFoundError, TrackingError
+
+log = logging.getLogger(__name__)
+
+CHAMPION = "champion"
+_MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>[^/]+))?/?$")
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """What :func:`log_model_and_register` produced."""
+
+    name: Optional[str]          # registered model name (None when registration is off)
+    version: Optional[int]       # registered version
+    model_uri: str               # models:/NAME/VERSION, or the logged model's URI
+    logged_model_uri: str        # models:/<model id>
+    run_id: str                  # the run the model was logged to
+    metric: Optional[str]        # score metric
+    score: Optional[float]
+    champion: bool = False       # whether the alias now points at this version
+
+
+def score_of(task: str, metrics: Mapping[str, float], history: Optional[List[Mapping[str, float]]] = None
+             ) -> Tuple[Optional[str], Optional[float], bool]:
+    """``(metric, value, higher_is_better)`` used to rank versions (see the module docstring)."""
+    preferred = {"binary": ("test_auc", True), "multiclass": ("test_accuracy", True),
+                 "regression": ("test_rmse", False)}.get(task)
+    if preferred and preferred[0] in metrics and _finite(metrics[preferred[0]]):
+        return preferred[0], float(metrics[preferred[0]]), preferred[1]
+    if "val_loss" in metrics and _finite(metrics["val_loss"]):
+        return "val_loss", float(metrics["val_loss"]), False
+    last = (history or [{}])[-1]
+    if "val_loss" in last and _finite(last["val_loss"]):
+        return "val_loss", float(last["val_loss"]), False
+    return None, None, True
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def registered_model_names(client: Any) -> List[str]:
+    """Names of every registered model (sorted)."""
+    names, token = [], None
+    while True:
+        page = client.search_registered_models(max_results=1000, page_token=token)
+        names += [m.name for m in page]
+        token = getattr(page, "token", None)
+        if not token:
+            return sorted(names)
+
+
+def check_model_uri(client: Any, model_uri: str) -> None:
+    """Raise :class:`ModelNotFoundError` when a ``models:/NAME...`` URI names nothing in the registry.
+
+    The message names the model and lists the registered models (or the
+    aliases and versions of the named one).
+    """
+    m = _MODELS_URI.match(model_uri)
+    if m is None or m["name"].startswith("m-"):  # runs:/, a path, or models:/<logged model id>
+        return
+    name, alias, version = m["name"], m["alias"], m["version"]
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) and "not found" not in str(exc):
+            raise TrackingError(f"cannot read registered model '{name}' from {client.tracking_uri}: {exc}") from exc
+        names = registered_model_names(client)
+        listed = ", ".join(names) if names else "(none)"
+        raise ModelNotFoundError(f"model '{name}' is not in the MLflow registry at {client.tracking_uri}. "
+                                 f"Registered models: {listed}. Train one with `sparktrain run CONFIG` "
+                                 f"(tracking.model_name) or fix the name in {model_uri}") from exc
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+    if alias:
+        try:
+            client.get_model_version_by_alias(name, alias)
+        except MlflowException as exc:
+            aliases = sorted(client.get_registered_model(name).aliases or {})
+            raise ModelNotFoundError(f"model '{name}' has no alias '{alias}' (aliases: {', '.join(aliases) or 'none'};"
+                                     f" versions: {', '.join(map(str, versions)) or 'none'}); use "
+                                     f"models:/{name}/<version> or set the alias") from exc
+    elif version and version != "latest" and (not version.isdigit() or int(version) not in versions):
+        raise ModelNotFoundError(f"model '{name}' has no version {version} (versions: "
+                                 f"{', '.join(map(str, versions)) or 'none'})")
+
+
+def set_champion_if_better(client: Any, name: str, version: int, metric: Optional[str], score: Optional[float],
+                           higher_is_better: bool = True, alias: str = CHAMPION) -> bool:
+    """Point ``alias`` at ``version`` when it beats the current holder; returns whether it moved.
+
+    The version's score is written to its tags first, so later versions can
+    compare against it.
+    """
+    from mlflow.exceptions import MlflowException
+
+    if metric is not None and score is not None:
+        for k, v in {"sparktrain.score_metric": metric, "sparktrain.score": repr(float(score)),
+                     "sparktrain.higher_is_better": str(bool(higher_is_better)).lower()}.items():
+            client.set_model_version_tag(name, str(version), k, v)
+    try:
+        current = client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        current = None
+    if current is None:
+        reason = "no current champion"
+    elif int(current.version) == int(version):
+        return True
+    elif score is None:
+        log.info("keeping %s on %s v%s: v%s has no score", alias, name, current.version, version)
+        return False
+    else:
+        theirs = _version_score(client, current, metric)
+        if theirs is None:
+            reason = f"v{current.version} has no comparable {metric}"
+        elif (score > theirs) if higher_is_better else (score < theirs):
+            reason = f"{metric} {score:.5f} beats v{current.version}'s {theirs:.5f}"
+        else:
+            log.info("keeping %s on %s v%s (%s %.5f); v%s has %.5f", alias, name, current.version, metric,
+                     theirs, version, score)
+            return False
+    client.set_registered_model_alias(name, alias, str(version))
+    log.info("alias %s -> %s v%s (%s)", alias, name, version, reason)
+    return True
+
+
+def _version_score(client: Any, mv: Any, metric: Optional[str]) -> Optional[float]:
+    if metric is None:
+        return None
+    tags = dict(mv.tags or {})
+    if tags.get("sparktrain.score_metric") == metric and _finite(tags.get("sparktrain.score")):
+        return float(tags["sparktrain.score"])
+    if mv.run_id:
+        try:
+            value = client.get_run(mv.run_id).data.metrics.get(metric)
+        except Exception:  # the run may have been deleted
+            value = None
+        if _finite(value):
+            return float(value)
+    return None
+
+
+def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[str, float],
+                           parent_run_id: Optional[str] = None, run_id: Optional[str] = None,
+                           input_example: Any = None, client: Any = None) -> RegisteredVersion:
+    """Log ``model`` as the one pyfunc model, register it and move ``champion`` if it is better.
+
+    Parameters
+    ----------
+    model : _DistributedModel
+        A fitted :class:`~sparktrain.train.model.TorchModel` or ``KerasModel``.
+    dataset : str or preprocess result
+        The materialized dataset (its ``features.json``, ``pipeline_model/``);
+        anything with a ``.path`` works.
+    cfg : JobConfig
+        ``tracking.model_name`` and ``tracking.register`` are read.
+    metrics : mapping
+        Metrics of this model (``test_auc``...) used to rank versions.
+    parent_run_id : str, optional
+        When ``run_id`` is not given, the model is logged to a new child run
+        ``register`` of this run.
+    run_id : str, optional
+        The run to log the model to (e.g. the train stage or the best trial).
+    input_example : pandas.DataFrame, optional
+        A few raw rows; stored with the model.
+    """
+    import os
+
+    from mlflow import MlflowClient
+
+    from sparktrain.track.pyfunc import log_pyfunc_model
+
+    client = client or MlflowClient()
+    root = os.fspath(getattr(dataset, "path", dataset))
+    own_run = run_id is None
+    if run_id is None:
+        if parent_run_id is None:
+            raise TrackingError("log_model_and_register needs run_id or parent_run_id")
+        parent = client.get_run(parent_run_id)
+        run_id = client.create_run(parent.info.experiment_id, run_name="register",
+                                   tags={"mlflow.parentRunId": parent_run_id, "sparktrain.kind": "register"}
+                                   ).info.run_id
+    target: str = run_id
+    metric, score, higher = score_of(model.inputs.task, metrics, model.history)
+    info = log_pyfunc_model(model, root, target, input_example=input_example,
+                            metadata={"score_metric": metric, "score": score},
+                            params=client.get_run(target).data.params, client=client)
+    name, version, champion, uri = None, None, False, info.model_uri
+    if cfg.tracking.register:
+        import mlflow
+
+        name = cfg.tracking.model_name
+        mv = mlflow.register_model(info.model_uri, name, tags={"sparktrain.run_id": target})
+        version = int(mv.version)
+        uri = f"models:/{name}/{version}"
+        champion = set_champion_if_better(client, name, version, metric, score, higher)
+    if own_run:
+        client.set_terminated(target)
+    return RegisteredVersion(name=name, version=version, model_uri=uri, logged_model_uri=info.model_uri,
+                             run_id=target, metric=metric, score=score, champion=champion)
+
+
+def version_summary(client: Any, name: str) -> Dict[str, Any]:
+    """``{"versions": [...], "champion": version or None}`` of a registered model."""
+    from mlflow.exceptions import MlflowException
+
+    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+    try:
+        champion: Optional[int] = int(client.get_model_version_by_alias(name, CHAMPION).version)
+    except MlflowException:
+        champion = None
+    return {"versions": versions, "champion": champion}

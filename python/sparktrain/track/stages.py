@@ -1,0 +1,124 @@
+"""What each job stage records in its MLflow run.
+
+=============  ================================================================
+run            holds
+=============  ================================================================
+job (parent)   params (flattened config, secrets masked), system tags,
+               ``config/job.yaml``, ``<stage>_seconds``, ``job_seconds``, the
+               test metrics, dataset inputs, tag ``sparktrain.model_version``
+profile        ``rows``, ``label_rate``, ``null_<column>``, ``profile.txt``
+preprocess     ``rows_<split>``, ``features/features.json``,
+               ``manifests/<split>/_manifest.json``
+train          per-epoch metrics (step = epoch), ``test_*``, ``baseline_test_*``,
+               ``history.json``, ``plots/learning_curve.png``, and for
+               classification ``plots/roc_curve.png``,
+               ``plots/confusion_matrix.png``; dataset inputs
+               (training/validation/testing); the logged model
+=============  ================================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
+
+log = logging.getLogger(__name__)
+
+
+def log_profile(run: StageRun, profile: Any) -> None:
+    """Rows, label rate and null counts of the profile stage."""
+    metrics = {"rows": profile.rows}
+    if profile.label_rate is not None:
+        metrics["label_rate"] = profile.label_rate
+    metrics.update({f"null_{c}": n for c, n in (profile.nulls or {}).items()})
+    run.log_metrics(metrics)
+    run.log_text(profile.format(), "profile.txt")
+
+
+def log_preprocess(run: StageRun, dataset_root: str) -> None:
+    """``features.json``, the split manifests and the split row counts."""
+    from sparktrain.track.lineage import manifest_files, read_split_manifest
+
+    features = os.path.join(dataset_root, "features.json")
+    if os.path.isfile(features):
+        run.log_artifact(features, "features")
+    rows = {}
+    for split, path in manifest_files(dataset_root).items():
+        run.log_artifact(path, f"manifests/{split}")
+        rows[f"rows_{split}"] = (read_split_manifest(dataset_root, split) or {}).get("num_rows", 0)
+    run.log_metrics(rows)
+    run.set_tags({"sparktrain.dataset": os.path.abspath(dataset_root)})
+
+
+def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5):
+    """A few raw rows (the model's signature columns) for the model's input example; ``None`` on failure."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from sparktrain.datasets import load_source
+    from sparktrain.track.pyfunc import MLFLOW_TO_SPARK, raw_columns
+
+    try:
+        with open(os.path.join(dataset_root, "features.json")) as fh:
+            cols = raw_columns(json.load(fh))
+        df = load_source(spark, cfg.data.source, cfg.data.format, 1)
+        return df.select([F.col(c).cast(MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
+    except Exception as exc:  # the example is a convenience: never fail the job on it
+        log.warning("no input example for the model: %s", exc)
+        return None
+
+
+def log_training(tracker: JobTracker, run: StageRun, spark: Any, cfg: Any, result: Any, dataset_root: str,
+                 callback: Optional[MlflowCallback] = None):
+    """Everything the train stage records; returns the :class:`~sparktrain.track.registry.RegisteredVersion`.
+
+    Parameters
+    ----------
+    result : TrainResult
+        From :func:`sparktrain.job.train_stage`.
+    callback : MlflowCallback, optional
+        The live callback; epochs it missed (a resumed run) are logged from the history.
+    """
+    from sparktrain.track import plots
+    from sparktrain.track.lineage import log_dataset_inputs
+    from sparktrain.track.registry import log_model_and_register
+
+    model = result.model
+    (callback or run.callback()).log_missing(result.history)
+    run.log_metrics({**result.test, **{f"baseline_{k}": v for k, v in result.baseline.items()},
+                     "train_seconds": result.seconds})
+    run.log_dict(result.history, "history.json")
+    run.set_tags({"sparktrain.train.run_id": model.run_id, "sparktrain.task": model.inputs.task})
+    title = f"{cfg.name}: {model.framework}, {len(result.history)} epochs"
+    run.log_figure(plots.learning_curve_figure(result.history, f"Learning curve, {title}"),
+                   "plots/learning_curve.png")
+    test_path = os.path.join(dataset_root, "test")
+    if os.path.isdir(test_path):
+        summary = plots.test_score_summary(model, spark.read.parquet(test_path))
+        if summary is not None:
+            if summary.task == "binary":
+                run.log_figure(plots.roc_figure(summary, f"ROC curve, test split ({cfg.name})"),
+                               "plots/roc_curve.png")
+            run.log_figure(plots.confusion_figure(summary, "Confusion matrix, test split", model.getLabelCol()),
+                           "plots/confusion_matrix.png")
+    targets: List[str] = [run.run_id] + ([tracker.parent.run_id] if tracker.parent else [])
+    log_dataset_inputs(tracker.client, targets, dataset_root, name=cfg.name)
+    if tracker.parent is not None:
+        tracker.parent.log_metrics(result.test)
+    example = raw_input_example(spark, cfg, dataset_root)
+    metrics = dict(result.test)
+    if result.history and "val_loss" in result.history[-1]:
+        metrics.setdefault("val_loss", result.history[-1]["val_loss"])
+    registered = log_model_and_register(model, dataset_root, cfg, metrics, run_id=run.run_id,
+                                        input_example=example, client=tracker.client)
+    tags: Dict[str, Any] = {"sparktrain.model_uri": registered.model_uri}
+    if registered.version is not None:
+        tags.update({"sparktrain.model_name": registered.name, "sparktrain.model_version": registered.version})
+    run.set_tags(tags)
+    if tracker.parent is not None:
+        tracker.parent.set_tags(tags)
+    return registered

@@ -1,0 +1,126 @@
+"""Tracking URIs: normalize them, check them before any compute, open the experiment.
+
+Supported stores: ``sqlite:///relative.db`` or ``sqlite:////absolute.db`` (the
+default, ``sqlite:///work/mlflow.db``), a ``file:`` directory, and an
+``http(s)://`` tracking server.  With a local store, artifacts go to
+``tracking.artifact_location`` (made absolute); with a server, they go where
+the server puts them (its ``--artifacts-destination``) unless
+``artifact_location`` is itself a URI such as ``s3://bucket/path``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from sparktrain.errors import TrackingError
+
+log = logging.getLogger(__name__)
+
+_FIX = ("start a server with `make mlflow-server` (or `sparktrain mlflow-server`), point tracking.uri at "
+        "a reachable one, use the local default sqlite:///work/mlflow.db, or set tracking.enabled: false")
+
+
+def normalize_uri(uri: str) -> str:
+    """Make a local store URI absolute (``sqlite:///work/mlflow.db`` -> ``sqlite:////abs/work/mlflow.db``)."""
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        if path and path != ":memory:":
+            return "sqlite:///" + os.path.abspath(path)
+        return uri
+    if uri.startswith("file:"):
+        return Path(urllib.parse.urlparse(uri).path).resolve().as_uri()
+    if "://" not in uri:  # a bare directory means a file store
+        return Path(uri).resolve().as_uri()
+    return uri
+
+
+def is_remote(uri: str) -> bool:
+    """Whether ``uri`` is a tracking server reached over HTTP."""
+    return uri.startswith(("http://", "https://"))
+
+
+def preflight(uri: str, timeout: float = 5.0) -> str:
+    """Check that the tracking store at ``uri`` can be used; return the normalized URI.
+
+    Runs before any Spark work.  A server must answer ``GET /health`` within
+    ``timeout`` seconds; a sqlite file's folder must be creatable and writable.
+
+    Raises
+    ------
+    TrackingError
+        Naming the URI, the reason and the fix.
+    """
+    uri = normalize_uri(uri)
+    if is_remote(uri):
+        url = f"{uri.rstrip('/')}/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                if resp.status != 200:
+                    raise TrackingError(f"MLflow tracking server {uri} answered {resp.status} on /health; {_FIX}")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason}); {_FIX}") from exc
+        return uri
+    if uri.startswith("sqlite:///"):
+        _writable_dir(Path(uri[len("sqlite:///"):]).parent, uri)
+    elif uri.startswith("file:"):
+        _writable_dir(Path(urllib.parse.urlparse(uri).path), uri)
+    return uri
+
+
+def _writable_dir(folder: Path, uri: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrackingError(f"MLflow tracking store {uri}: cannot create folder {folder} ({exc}); {_FIX}") from exc
+    if not os.access(folder, os.W_OK):
+        raise TrackingError(f"MLflow tracking store {uri}: folder {folder} is not writable; {_FIX}")
+
+
+def artifact_root(uri: str, artifact_location: Optional[str]) -> Optional[str]:
+    """The artifact location for a new experiment (``None``: the server decides)."""
+    if not artifact_location:
+        return None
+    if "://" in artifact_location:
+        return artifact_location
+    if is_remote(uri):
+        return None  # a server stores what it receives in its --artifacts-destination
+    path = Path(artifact_location).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path.as_uri()
+
+
+def get_or_create_experiment(client, name: str, artifact_location: Optional[str]) -> str:
+    """The id of experiment ``name``; created (with ``artifact_location``) or restored when needed."""
+    from mlflow.entities import LifecycleStage
+
+    try:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            return client.create_experiment(name, artifact_location=artifact_location)
+    except Exception as exc:
+        raise TrackingError(f"MLflow tracking store {client.tracking_uri}: cannot open experiment '{name}' "
+                            f"({type(exc).__name__}: {exc}); {_FIX}") from exc
+    if exp.lifecycle_stage == LifecycleStage.DELETED:
+        log.info("restoring deleted MLflow experiment '%s'", name)
+        client.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def configure(uri: str) -> None:
+    """Point MLflow's process-wide tracking and registry URIs at ``uri``.
+
+    Model logging, ``models:/`` resolution and ``spark_udf`` read the
+    process-wide URI, so a job sets it once; runs are still addressed by id.
+    """
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file otherwise
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)

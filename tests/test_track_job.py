@@ -1,0 +1,337 @@
+"""One small flights job against a real ``mlflow server`` over HTTP; assertions on what MLflow holds.
+
+The job (profile -> preprocess -> train, 2 epochs, 2 workers) runs once in a
+module fixture; every test reads the tracking server or scores with the
+registered model.  Scoring paths are compared on the same raw rows:
+(a) ``spark_udf`` through ``score_path``, (b) ``pyfunc.load_model().predict``
+and ``mlflow models serve`` over HTTP, (c) Spark-native: the fitted
+``PipelineModel`` then the fitted network's ``transform``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sparktrain.errors import MissingColumnError, ModelNotFoundError
+
+REPO = Path(__file__).resolve().parents[1]
+EPOCHS = 2
+MODEL = "flights-late-e2e"
+EXPERIMENT = "sparktrain-e2e"
+
+
+def _sample_path(df) -> str:
+    return os.path.dirname(df.inputFiles()[0].replace("file://", ""))
+
+
+@pytest.fixture(scope="module")
+def job(spark, flights_sample, mlflow_server, tmp_path_factory):
+    """The job's result, config and an MlflowClient on the server."""
+    from mlflow import MlflowClient
+
+    from sparktrain.config import load_config
+    from sparktrain.job import run_job
+
+    base = tmp_path_factory.mktemp("track_job")
+    cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
+        f"data.source={_sample_path(flights_sample)}", f"train.epochs={EPOCHS}", "train.num_workers=2",
+        "train.batch_size=1024", "train.compare_baseline=false", f"output.path={base / 'dataset'}",
+        f"train.store={base / 'store'}", f"tracking.uri={mlflow_server}", f"tracking.experiment={EXPERIMENT}",
+        f"tracking.model_name={MODEL}", "spark.conf.spark.hadoop.fs.s3a.secret.key=do-not-log-me"])
+    result = run_job(cfg, stages=("profile", "preprocess", "train"), spark=spark)
+    client = MlflowClient(mlflow_server, mlflow_server)
+    return {"cfg": cfg, "result": result, "client": client, "uri": mlflow_server, "base": base}
+
+
+def _runs(job):
+    client = job["client"]
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.info.run_id == job["result"].tracking.run_id][0]
+    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    return parent, children
+
+
+def _artifacts(client, run_id, path=None):
+    out = []
+    for a in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, a.path) if a.is_dir else [a.path]
+    return out
+
+
+def test_run_hierarchy_params_and_tags(job, spark):
+    from sparktrain.track.params import MASK, job_params
+
+    parent, children = _runs(job)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params == job_params(job["cfg"])
+    assert parent.data.params["spark.conf.spark.hadoop.fs.s3a.secret.key"] == MASK
+    assert parent.data.params["data.key"] == "flight_id"
+    assert parent.data.params["train.epochs"] == str(EPOCHS)
+    tags = parent.data.tags
+    assert tags["sparktrain.spark.version"] == spark.version
+    assert tags["sparktrain.spark.master"] == "local[2]"
+    assert tags["sparktrain.num_workers"] == "2"
+    for dist in ("torch", "pyspark", "mlflow", "pyarrow", "tensorflow"):
+        assert tags[f"sparktrain.version.{dist}"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert tags["mlflow.source.git.commit"] == head
+    assert set(children) == {"profile", "preprocess", "train"}
+    assert all(r.info.status == "FINISHED" for r in children.values())
+    assert children["train"].data.params["train.batch_size"] == "1024"
+    for name, run in children.items():
+        assert run.data.metrics["seconds"] > 0
+        assert parent.data.metrics[f"{name}_seconds"] == pytest.approx(run.data.metrics["seconds"])
+    assert parent.data.metrics["job_seconds"] >= sum(r.data.metrics["seconds"] for r in children.values())
+
+
+def test_stage_metrics(job, flights_sample):
+    _, children = _runs(job)
+    client, result = job["client"], job["result"]
+    assert children["profile"].data.metrics["rows"] == flights_sample.count()
+    pre = children["preprocess"].data.metrics
+    assert {k: int(pre[f"rows_{k}"]) for k in ("train", "validation", "test")} == dict(result.preprocess.row_counts)
+    train_id = children["train"].info.run_id
+    for key in ("train_loss", "val_loss", "val_auc", "train_accuracy"):
+        history = client.get_metric_history(train_id, key)
+        assert len(history) == EPOCHS
+        assert sorted(m.step for m in history) == list(range(EPOCHS))
+        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(
+            [h[key] for h in result.train.history])
+    metrics = children["train"].data.metrics
+    assert metrics["test_auc"] == pytest.approx(result.train.test["test_auc"])
+    assert 0.5 < metrics["test_auc"] <= 1.0
+
+
+def _png_size(data: bytes):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_artifacts(job, tmp_path):
+    from mlflow.artifacts import download_artifacts
+
+    parent, children = _runs(job)
+    client, dataset = job["client"], job["result"].preprocess.path
+    assert _artifacts(client, parent.info.run_id) == ["config/job.yaml"]
+    cfg_file = download_artifacts(run_id=parent.info.run_id, artifact_path="config/job.yaml", dst_path=str(tmp_path))
+    saved = yaml.safe_load(Path(cfg_file).read_text())
+    assert saved["spark"]["conf"]["spark.hadoop.fs.s3a.secret.key"] == "***"
+    assert saved["train"]["epochs"] == EPOCHS and saved["data"]["key"] == "flight_id"
+
+    pre = children["preprocess"].info.run_id
+    assert sorted(_artifacts(client, pre)) == ["features/features.json", "manifests/test/_manifest.json",
+                                                "manifests/train/_manifest.json",
+                                                "manifests/validation/_manifest.json"]
+    got = download_artifacts(run_id=pre, artifact_path="features/features.json", dst_path=str(tmp_path))
+    assert json.loads(Path(got).read_text()) == json.loads(Path(dataset, "features.json").read_text())
+
+    train = children["train"].info.run_id
+    assert {"history.json", "plots/learning_curve.png", "plots/roc_curve.png",
+            "plots/confusion_matrix.png"} <= set(_artifacts(client, train))
+    for name in ("learning_curve", "roc_curve", "confusion_matrix"):
+        png = download_artifacts(run_id=train, artifact_path=f"plots/{name}.png", dst_path=str(tmp_path))
+        width, height = _png_size(Path(png).read_bytes())
+        assert width >= 500 and height >= 400
+        assert os.path.getsize(png) > 15_000  # axes, labels and curves, not an empty canvas
+
+
+def test_confusion_matrix_counts_the_test_split(job, spark):
+    from sparktrain.track.plots import histogram_auc, test_score_summary
+
+    model, dataset = job["result"].train.model, job["result"].preprocess.path
+    summary = test_score_summary(model, spark.read.parquet(os.path.join(dataset, "test")))
+    assert summary.rows == job["result"].preprocess.row_counts["test"]
+    assert summary.pos.sum() + summary.neg.sum() == summary.rows
+    assert histogram_auc(summary.pos, summary.neg) == pytest.approx(job["result"].train.test["test_auc"], abs=2e-3)
+    accuracy = np.trace(summary.confusion) / summary.rows
+    assert accuracy == pytest.approx(job["result"].train.test["test_accuracy"], abs=1e-9)
+
+
+def test_dataset_lineage(job):
+    from sparktrain.data.manifest import read_manifest
+
+    parent, children = _runs(job)
+    dataset = job["result"].preprocess.path
+    for run in (parent, children["train"]):
+        inputs = {[t.value for t in d.tags if t.key == "mlflow.data.context"][0]: d.dataset
+                  for d in run.inputs.dataset_inputs}
+        assert set(inputs) == {"training", "validation", "testing"}
+        for context, split in (("training", "train"), ("validation", "validation"), ("testing", "test")):
+            manifest = read_manifest(os.path.join(dataset, split))
+            ds = inputs[context]
+            assert ds.digest == manifest["digest"][:32]
+            assert json.loads(ds.profile)["num_rows"] == manifest["num_rows"]
+            assert json.loads(ds.source)["path"] == os.path.abspath(os.path.join(dataset, split))
+            names = [c["name"] for c in json.loads(ds.schema)["mlflow_colspec"]]
+            assert names == [c["name"] for c in manifest["schema"]]
+
+
+def test_registered_version_and_champion(job):
+    client, reg = job["client"], job["result"].tracking.model
+    assert (reg.name, reg.version, reg.champion) == (MODEL, 1, True)
+    mv = client.get_model_version_by_alias(MODEL, "champion")
+    assert int(mv.version) == 1
+    assert mv.run_id == _runs(job)[1]["train"].info.run_id
+    assert mv.tags["sparktrain.score_metric"] == "test_auc"
+    assert float(mv.tags["sparktrain.score"]) == pytest.approx(job["result"].train.test["test_auc"])
+
+
+@pytest.fixture(scope="module")
+def raw_rows(flights_sample, tmp_path_factory):
+    """~250 raw rows (written to Parquet) that every scoring path scores."""
+    path = tmp_path_factory.mktemp("raw_rows") / "rows.parquet"
+    flights_sample.where("abs(hash(flight_id, 7)) % 64 = 3").coalesce(1).write.parquet(str(path))
+    return str(path)
+
+
+def _by_key(pdf):
+    return pdf.set_index("flight_id").sort_index()
+
+
+def test_scoring_paths_agree(job, spark, raw_rows, tmp_path):
+    import mlflow.pyfunc
+    from pyspark.ml import PipelineModel
+
+    from sparktrain.track.pyfunc import load_spark_model, raw_columns
+    from sparktrain.track.scoring import score_path
+
+    uri = f"models:/{MODEL}@champion"
+    raw = spark.read.parquet(raw_rows)
+    n = raw.count()
+    assert 100 < n < 1000
+    # (a) in Spark through spark_udf (what `sparktrain score` runs)
+    out = str(tmp_path / "scored.parquet")
+    assert score_path(spark, uri, raw_rows, out, tracking_uri=job["uri"]) == n
+    a = _by_key(spark.read.parquet(out).select("flight_id", "prediction", "probability").toPandas())
+    # (b) without Spark: the pyfunc model on pandas
+    meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
+    cols = [c for c, _ in raw_columns(meta)]
+    pdf = raw.select("flight_id", *cols).toPandas()
+    b = mlflow.pyfunc.load_model(uri).predict(pdf[cols])
+    b.index = pdf["flight_id"]
+    b = b.sort_index()
+    # (c) Spark-native: the fitted PipelineModel, then the fitted network's transform
+    features = PipelineModel.load(os.path.join(job["result"].preprocess.path, "pipeline_model")).transform(raw)
+    c = _by_key(job["result"].train.model.transform(features).select("flight_id", "prediction", "probability")
+                .toPandas())
+    d = _by_key(load_spark_model(uri).transform(raw).select("flight_id", "prediction", "probability").toPandas())
+    assert list(a.index) == list(b.index) == list(c.index) == list(d.index)
+    for other in (b, c, d):
+        np.testing.assert_allclose(a["probability"].to_numpy(), other["probability"].to_numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(a["prediction"].to_numpy(), other["prediction"].to_numpy())
+    assert a["probability"].std() > 0.01  # real scores, not a constant
+
+
+def test_models_serve_over_http(job, spark, raw_rows, tmp_path):
+    """``mlflow models serve --env-manager local`` on 127.0.0.1 gives the pyfunc's predictions."""
+    import mlflow.pyfunc
+
+    from sparktrain.track.pyfunc import raw_columns
+    from sparktrain.track.server import free_port, health_ok
+
+    meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
+    cols = [c for c, _ in raw_columns(meta)]
+    pdf = spark.read.parquet(raw_rows).select(*cols).limit(40).toPandas()
+    expected = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").predict(pdf)
+    port = free_port()
+    env = dict(os.environ, MLFLOW_TRACKING_URI=job["uri"],
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{MODEL}@champion",
+                             "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        url = f"http://127.0.0.1:{port}"
+        while not _ping(url):
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, "mlflow models serve did not start"
+            time.sleep(0.5)
+        body = json.dumps({"dataframe_split": json.loads(pdf.to_json(orient="split", date_format="iso",
+                                                                     index=False))}).encode()
+        req = urllib.request.Request(f"{url}/invocations", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            got = json.loads(resp.read())["predictions"]
+        assert health_ok(job["uri"])
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+        log.close()
+    assert len(got) == len(pdf)
+    np.testing.assert_allclose([g["probability"] for g in got], expected["probability"], rtol=0, atol=1e-6)
+
+
+def _ping(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/ping", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def test_score_input_missing_a_column(job, spark, raw_rows, tmp_path):
+    from sparktrain.track.scoring import score_path
+
+    thin = str(tmp_path / "thin.parquet")
+    spark.read.parquet(raw_rows).drop("dep_delay").write.parquet(thin)
+    with pytest.raises(MissingColumnError, match="'dep_delay'") as err:
+        score_path(spark, f"models:/{MODEL}@champion", thin, str(tmp_path / "out"), tracking_uri=job["uri"])
+    assert err.value.column == "dep_delay"
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_model_name_lists_registered_models(job, spark, raw_rows, tmp_path):
+    from sparktrain.track.scoring import score_path
+
+    with pytest.raises(ModelNotFoundError) as err:
+        score_path(spark, "models:/flights-lat@champion", raw_rows, str(tmp_path / "o"), tracking_uri=job["uri"])
+    text = str(err.value)
+    assert "'flights-lat'" in text and MODEL in text and "Registered models" in text
+    with pytest.raises(ModelNotFoundError, match="no alias 'best'.*champion"):
+        score_path(spark, f"models:/{MODEL}@best", raw_rows, str(tmp_path / "o"), tracking_uri=job["uri"])
+
+
+def test_tracking_server_listens_on_loopback_only(job):
+    import psutil
+
+    port = int(job["uri"].rsplit(":", 1)[1])
+    listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+                 and c.laddr.port == port]
+    assert listening and {c.laddr.ip for c in listening} == {"127.0.0.1"}
+
+
+@pytest.mark.slow
+def test_cli_scores_csv(job, spark, raw_rows, tmp_path):
+    """``sparktrain score`` on CSV (types inferred, then cast to the signature) matches the pyfunc model."""
+    import mlflow.pyfunc
+
+    from sparktrain.cli import main
+
+    csv = str(tmp_path / "rows_csv")
+    spark.read.parquet(raw_rows).coalesce(1).write.option("header", True).csv(csv)
+    out = str(tmp_path / "scored")
+    assert main(["score", "--model", f"models:/{MODEL}@champion", "--input", csv, "--output", out,
+                 "--format", "csv", "--tracking-uri", job["uri"]]) == 0
+    scored = _by_key(spark.read.parquet(out).select("flight_id", "probability").toPandas())
+    pq_scored = spark.read.parquet(raw_rows)
+    from sparktrain.track.pyfunc import raw_columns
+
+    meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
+    cols = [c for c, _ in raw_columns(meta)]
+    pdf = pq_scored.select("flight_id", *cols).toPandas()
+    expected = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").predict(pdf[cols])
+    expected.index = pdf["flight_id"]
+    np.testing.assert_allclose(scored["probability"].to_numpy(), expected.sort_index()["probability"].to_numpy(),
+                               rtol=0, atol=1e-6)

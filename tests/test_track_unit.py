@@ -1,0 +1,309 @@
+"""Tracking pieces on a real sqlite MLflow store: masking, run hierarchy, callbacks, lineage, registry, plots."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sparktrain.errors import ModelNotFoundError, TrackingError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("key, secret", [
+    ("spark.conf.spark.hadoop.fs.s3a.secret.key", True),
+    ("spark.conf.spark.hadoop.fs.s3a.access.key", True),
+    ("tracking.api_token", True),
+    ("tracking.apiToken", True),
+    ("spark.conf.spark.ssl.keyStorePassword", True),
+    ("tracking.password", True),
+    ("features.dep_delay.api_key", True),
+    ("data.key", False),                      # the split column's name (see sparktrain.track.params)
+    ("features.monkey_key.type", False),      # a feature (column) name is not a setting name
+    ("train.hidden_units", False),
+    ("data.label", False),
+    ("spark.conf.spark.sql.shuffle.partitions", False),
+])
+def test_secret_rule(key, secret):
+    from sparktrain.track.params import is_secret_key
+
+    assert is_secret_key(key) is secret
+
+
+def test_job_params_mask_secrets_and_url_passwords():
+    from sparktrain.config import load_config
+    from sparktrain.track.params import MASK, job_params
+
+    cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
+        "spark.conf.spark.hadoop.fs.s3a.secret.key=hunter2", "tracking.uri=http://bob:hunter2@127.0.0.1:5000"])
+    params = job_params(cfg)
+    assert params["spark.conf.spark.hadoop.fs.s3a.secret.key"] == MASK
+    assert params["tracking.uri"] == f"http://bob:{MASK}@127.0.0.1:5000"
+    assert params["data.key"] == "flight_id"
+    assert params["train.hidden_units"] == "[64, 64]"
+    assert params["features.dest.min_frequency"] == "50"
+    assert not any("hunter2" in v for v in params.values())
+    assert len(params) > 150
+
+
+def _cfg(tmp_path, uri, source, *extra):
+    from sparktrain.config import load_config
+
+    return load_config(REPO / "conf" / "flights.yaml", overrides=[
+        f"tracking.uri={uri}", f"data.source={source}", f"output.path={tmp_path / 'ds'}",
+        f"tracking.artifact_location={tmp_path / 'artifacts'}", *extra])
+
+
+def test_unreachable_server_fails_before_any_spark_work(tmp_path):
+    from sparktrain.job import run_job
+    from sparktrain.track.server import free_port
+
+    uri = f"http://127.0.0.1:{free_port()}"
+    cfg = _cfg(tmp_path, uri, "flights")
+    t0 = time.perf_counter()
+    # A session that is not one: any Spark call would raise AttributeError, not TrackingError.
+    with pytest.raises(TrackingError, match=f"{uri} is unreachable") as err:
+        run_job(cfg, spark=object())
+    assert time.perf_counter() - t0 < 10
+    assert "make mlflow-server" in str(err.value)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_unwritable_sqlite_folder_fails_naming_the_uri(tmp_path):
+    from sparktrain.track.store import preflight
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    uri = f"sqlite:///{blocker}/sub/mlflow.db"
+    with pytest.raises(TrackingError, match="cannot create folder") as err:
+        preflight(uri)
+    assert uri in str(err.value)
+
+
+def test_profile_job_on_sqlite(spark, flights_sample, tracking_uri, tmp_path):
+    """The default backend: a parent run with params, tags and the config; a profile child run."""
+    from mlflow import MlflowClient
+
+    from sparktrain.job import run_job
+    from sparktrain.track.params import job_params
+
+    source = os.path.dirname(flights_sample.inputFiles()[0].replace("file://", ""))
+    cfg = _cfg(tmp_path, tracking_uri, source, "spark.conf.spark.hadoop.fs.s3a.secret.key=hunter2")
+    result = run_job(cfg, stages=("profile",), spark=spark)
+    client = MlflowClient(tracking_uri)
+    parent = client.get_run(result.tracking.run_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params == job_params(cfg)
+    assert parent.data.tags["sparktrain.spark.master"] == "local[2]"
+    assert parent.data.tags["sparktrain.kind"] == "job"
+    exp = client.get_experiment(parent.info.experiment_id)
+    assert exp.name == "sparktrain-flights"
+    assert exp.artifact_location == (tmp_path / "artifacts").resolve().as_uri()
+    children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert [c.info.run_name for c in children] == ["profile"]
+    prof = children[0]
+    assert prof.data.metrics["rows"] == flights_sample.count() == result.profile.rows
+    assert prof.data.metrics["label_rate"] == pytest.approx(result.profile.label_rate)
+    assert prof.data.params["data.label"] == "late"
+    assert parent.data.metrics["profile_seconds"] == pytest.approx(prof.data.metrics["seconds"])
+    text = (Path(client.download_artifacts(parent.info.run_id, "config/job.yaml", str(tmp_path)))).read_text()
+    saved = yaml.safe_load(text)
+    assert "hunter2" not in text and saved["spark"]["conf"]["spark.hadoop.fs.s3a.secret.key"] == "***"
+    assert saved["features"][0] == {**cfg.to_dict()["features"][0]}
+    assert client.download_artifacts(prof.info.run_id, "profile.txt", str(tmp_path))
+
+
+def _tracker(tmp_path, uri):
+    from sparktrain.config import load_config
+    from sparktrain.track.tracker import JobTracker
+
+    cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
+        f"tracking.uri={uri}", f"tracking.artifact_location={tmp_path / 'art'}", "tracking.experiment=unit"])
+    return JobTracker(cfg)
+
+
+def test_failed_trial_is_recorded_not_dropped(tmp_path, tracking_uri):
+    tracker = _tracker(tmp_path, tracking_uri)
+    with tracker.job() as job:
+        with pytest.raises(RuntimeError, match="boom"):
+            with tracker.child_run("trial-1", params={"train.learning_rate": 0.1}) as trial:
+                raise RuntimeError("boom")
+        with tracker.child_run("trial-2", params={"train.learning_rate": 0.01}) as ok:
+            ok.log_metrics({"val_loss": 0.4})
+    client = tracker.client
+    failed, good = client.get_run(trial.run_id), client.get_run(ok.run_id)
+    assert failed.info.status == "FAILED"
+    assert "RuntimeError: boom" in failed.data.tags["sparktrain.error"]
+    assert failed.data.params == {"train.learning_rate": "0.1"}
+    assert failed.data.tags["mlflow.parentRunId"] == job.run_id == good.data.tags["mlflow.parentRunId"]
+    assert good.info.status == "FINISHED" and good.data.metrics["val_loss"] == 0.4
+    assert client.get_run(job.run_id).info.status == "FINISHED"
+
+
+def test_callback_logs_by_run_id_from_another_thread(tmp_path, tracking_uri):
+    tracker = _tracker(tmp_path, tracking_uri)
+    with tracker.job():
+        with tracker.stage("train") as run:
+            cb = run.callback()
+            history = [{"epoch": e, "train_loss": 1.0 / (e + 1), "val_loss": 1.5 / (e + 1)} for e in range(3)]
+
+            def feed():  # the progress server calls callbacks from its own thread
+                for row in history[:2]:
+                    cb.on_step(row["epoch"], 10, {"loss": row["train_loss"]})
+                    cb.on_epoch(row["epoch"], row)
+
+            t = threading.Thread(target=feed)
+            t.start()
+            t.join()
+            assert cb.log_missing(history) == 1  # epoch 2 arrived only in the final history
+    for key in ("train_loss", "val_loss"):
+        got = sorted(tracker.client.get_metric_history(run.run_id, key), key=lambda m: m.step)
+        assert [(m.step, m.value) for m in got] == [(e, h[key]) for e, h in enumerate(history)]
+    assert "epoch" not in tracker.client.get_run(run.run_id).data.metrics
+
+
+def test_dataset_inputs_from_manifests(tmp_path, tracking_uri):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparktrain.data.manifest import build_manifest, write_manifest
+    from sparktrain.track.lineage import log_dataset_inputs
+
+    root = tmp_path / "ds"
+    sizes = {"train": 50, "validation": 7, "test": 9}
+    for split, n in sizes.items():
+        (root / split).mkdir(parents=True)
+        pq.write_table(pa.table({"x": np.arange(n, dtype=np.float32), "c": np.arange(n, dtype=np.int32),
+                                 "late": np.arange(n) % 2 == 0}), root / split / "part-0.parquet")
+        write_manifest(str(root / split), build_manifest(str(root / split)))
+    tracker = _tracker(tmp_path, tracking_uri)
+    with tracker.job() as job:
+        logged = log_dataset_inputs(tracker.client, [job.run_id], str(root), name="unit")
+    run = tracker.client.get_run(job.run_id)
+    by_name = {d.dataset.name: d for d in run.inputs.dataset_inputs}
+    assert set(by_name) == {"unit-train", "unit-validation", "unit-test"}
+    for split, n in sizes.items():
+        d = by_name[f"unit-{split}"]
+        manifest = json.loads((root / split / "_manifest.json").read_text())
+        assert d.dataset.digest == manifest["digest"][:32] == logged[split].digest
+        assert json.loads(d.dataset.profile)["num_rows"] == n
+        schema = json.loads(d.dataset.schema)["mlflow_colspec"]
+        assert [(c["name"], c["type"]) for c in schema] == [("x", "float"), ("c", "integer"), ("late", "boolean")]
+        context = {t.key: t.value for t in d.tags}["mlflow.data.context"]
+        assert context == {"train": "training", "validation": "validation", "test": "testing"}[split]
+
+
+def test_champion_moves_only_to_a_better_version(tracking_uri):
+    from mlflow import MlflowClient
+
+    from sparktrain.track.registry import check_model_uri, set_champion_if_better, version_summary
+
+    client = MlflowClient(tracking_uri, tracking_uri)
+    client.create_registered_model("unit-model")
+    exp = client.create_experiment("reg")
+    runs = [client.create_run(exp) for _ in range(4)]
+    versions = [int(client.create_model_version("unit-model", f"file:///tmp/m{i}", r.info.run_id).version)
+                for i, r in enumerate(runs)]
+    assert set_champion_if_better(client, "unit-model", versions[0], "test_auc", 0.70) is True
+    assert set_champion_if_better(client, "unit-model", versions[1], "test_auc", 0.65) is False
+    assert version_summary(client, "unit-model") == {"versions": versions, "champion": versions[0]}
+    assert set_champion_if_better(client, "unit-model", versions[2], "test_auc", 0.71) is True
+    # lower is better for a loss; the champion has no val_loss (tag or run metric): replaced
+    assert set_champion_if_better(client, "unit-model", versions[3], "val_loss", 0.5, higher_is_better=False)
+    assert int(client.get_model_version_by_alias("unit-model", "champion").version) == versions[3]
+    tags = client.get_model_version("unit-model", str(versions[2])).tags
+    assert tags["sparktrain.score_metric"] == "test_auc" and float(tags["sparktrain.score"]) == 0.71
+
+    check_model_uri(client, "models:/unit-model@champion")
+    check_model_uri(client, f"models:/unit-model/{versions[1]}")
+    with pytest.raises(ModelNotFoundError, match=r"'unit-modle'.*Registered models: unit-model"):
+        check_model_uri(client, "models:/unit-modle@champion")
+    with pytest.raises(ModelNotFoundError, match="no alias 'prod'.*aliases: champion"):
+        check_model_uri(client, "models:/unit-model@prod")
+    with pytest.raises(ModelNotFoundError, match="no version 9"):
+        check_model_uri(client, "models:/unit-model/9")
+
+
+def test_score_of_prefers_test_metrics():
+    from sparktrain.track.registry import score_of
+
+    assert score_of("binary", {"test_auc": 0.8, "val_loss": 0.3}) == ("test_auc", 0.8, True)
+    assert score_of("regression", {"test_rmse": 2.0}) == ("test_rmse", 2.0, False)
+    assert score_of("binary", {}, [{"val_loss": 0.9}, {"val_loss": 0.5}]) == ("val_loss", 0.5, False)
+    assert score_of("binary", {"test_auc": float("nan")}) == (None, None, True)
+
+
+def test_histogram_roc_matches_exact_auc():
+    from sparktrain.track.plots import BINS, histogram_auc, roc_points
+
+    rng = np.random.default_rng(0)
+    y = rng.random(20_000) < 0.3
+    p = np.clip(rng.normal(0.35 + 0.25 * y, 0.2), 0, 1)
+    idx = np.clip((p * BINS).astype(int), 0, BINS - 1)
+    pos, neg = np.bincount(idx[y], minlength=BINS), np.bincount(idx[~y], minlength=BINS)
+    order = np.argsort(p)
+    ranks = np.empty(len(p))
+    ranks[order] = np.arange(1, len(p) + 1)
+    exact = (ranks[y].sum() - y.sum() * (y.sum() + 1) / 2) / (y.sum() * (~y).sum())
+    assert histogram_auc(pos, neg) == pytest.approx(exact, abs=1e-3)
+    fpr, tpr = roc_points(pos, neg)
+    assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0.0, 0.0, 1.0, 1.0)
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def test_plots_have_titles_labels_and_auc_legend():
+    from sparktrain.track.plots import ScoreSummary, confusion_figure, learning_curve_figure, roc_figure
+
+    history = [{"epoch": e, "train_loss": 0.7 - 0.1 * e, "val_loss": 0.72 - 0.08 * e, "train_auc": 0.6 + 0.05 * e,
+                "val_auc": 0.58 + 0.05 * e} for e in range(4)]
+    fig = learning_curve_figure(history, "Learning curve")
+    loss_ax, auc_ax = fig.axes
+    assert (loss_ax.get_xlabel(), loss_ax.get_ylabel(), auc_ax.get_ylabel()) == ("epoch", "loss", "ROC AUC")
+    assert [t.get_text() for t in loss_ax.get_legend().get_texts()][:2] == ["train", "validation"]
+    assert list(loss_ax.lines[0].get_ydata()) == pytest.approx([h["train_loss"] for h in history])
+    pos, neg = np.zeros(1000), np.zeros(1000)
+    pos[900], neg[100], pos[100] = 30, 60, 10
+    summary = ScoreSummary("binary", ["0", "1"], np.array([[60, 0], [10, 30]]), pos, neg)
+    roc = roc_figure(summary)
+    legend = [t.get_text() for t in roc.axes[0].get_legend().get_texts()]
+    assert legend[0] == "model (AUC = 0.875)" and roc.axes[0].get_xlabel().startswith("false positive rate")
+    cm = confusion_figure(summary, label_name="late")
+    assert cm.axes[0].get_xlabel() == "predicted" and "accuracy 0.900 on 100 rows" in cm.axes[0].get_title()
+    for f in (fig, roc, cm):
+        assert _png(f)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_serve_forever_refuses_a_busy_port(tmp_path):
+    from sparktrain.track.server import serve_forever
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        with pytest.raises(TrackingError, match=f"port {port} on 127.0.0.1 is already in use"):
+            serve_forever(port, f"sqlite:///{tmp_path}/db.sqlite", str(tmp_path / "art"))
+
+
+def test_normalize_uri_makes_local_stores_absolute(tmp_path, monkeypatch):
+    from sparktrain.track.store import normalize_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert normalize_uri("sqlite:///work/mlflow.db") == f"sqlite:///{tmp_path}/work/mlflow.db"
+    assert normalize_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
+    assert normalize_uri("mlruns") == (tmp_path / "mlruns").as_uri()
+    assert normalize_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
