@@ -133,7 +133,15 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             store = os.path.abspath(store)
 
         def pickled(fn: Optional[Callable]) -> Optional[bytes]:
-            return cloudpickle.dumps(fn) if fn is not None else None
+            if fn is None:
+                return None
+            try:
+                return cloudpickle.dumps(fn)
+            except Exception as exc:
+                raise preflight.PreflightError(
+                    f"the factory {getattr(fn, '__name__', fn)!r} cannot be pickled for the executors: {exc}. "
+                    "Model/loss/optimizer factories must be plain functions or classes that do not capture "
+                    "a SparkSession, DataFrame, lock or open file.") from exc
 
         return WorkerSpec(
             framework=self._framework, backend=backend, num_workers=self.getNumWorkers(),

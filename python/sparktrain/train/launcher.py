@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -64,12 +65,16 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
     try:
         if server is not None:
             spec = replace(spec, progress_address=server.address, token=server.token)
+        spec = replace(spec, max_attempts=spark_compat.task_max_failures(spark), launch_id=uuid.uuid4().hex[:12])
         n = spec.num_workers
-        df = spark.range(0, n, 1, numPartitions=n).mapInArrow(make_task(spec), RESULT_SCHEMA, barrier=True)
+        # The shuffle after the barrier stage makes it a ShuffleMapStage: Spark retries a failed barrier
+        # map stage as a whole (up to spark.task.maxFailures), but never a barrier ResultStage.
+        df = (spark.range(0, n, 1, numPartitions=n)
+              .mapInArrow(make_task(spec), RESULT_SCHEMA, barrier=True).repartition(1))
         try:
             rows = df.collect()
         except Exception as exc:  # py4j / PythonException / Connect errors
-            raise worker_error(exc, server.first_error() if server else None) from exc
+            raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None)) from exc
     finally:
         if server is not None:
             time.sleep(0.05)  # let the last events drain
@@ -83,8 +88,21 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
         first_step_s=(first.t - t0) if first.t else None, hosts={k: v["host"] for k, v in by_rank.items()})
 
 
+def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:
+    """The earliest worker error recorded in the store (a peer's error is often just the echo)."""
+    try:
+        from sparktrain.train._executor.checkpoint import Checkpointer
+        failures = Checkpointer(spec.store, spec.run_id, spec.launch_id).failures()
+    except Exception:
+        return None
+    return failures[0] if failures else None
+
+
 def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> TrainingError:
     """Rebuild the worker's failure (rank, host, traceback) from what reached the driver."""
+    if reported and reported.get("traceback"):
+        return TrainingError(reported.get("message", "worker failed"), rank=reported.get("rank"),
+                             host=reported.get("host"), remote_traceback=reported["traceback"])
     text = str(exc)
     match = _MARKER_RE.search(text)
     if match:

@@ -75,9 +75,10 @@ class Store:
 class Checkpointer:
     """Per-run checkpoint manager used by rank 0 (and read by every rank on resume)."""
 
-    def __init__(self, store_uri: str, run_id: str) -> None:
+    def __init__(self, store_uri: str, run_id: str, launch_id: str = "") -> None:
         self.store = Store(store_uri)
         self.run_id = run_id
+        self.launch_id = launch_id  # one fit() call; its Spark retries share it
 
     def _rel(self, *parts: str) -> str:
         return "/".join([self.run_id, *parts])
@@ -98,14 +99,29 @@ class Checkpointer:
         return self.store.read_bytes(rel)
 
     def log_event(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, "time": time.time(), **fields}, default=str)
+        line = json.dumps({"event": event, "time": time.time(), "launch": self.launch_id, **fields}, default=str)
         self.store.append_line(self._rel("checkpoints", "log.jsonl"), line)
 
-    def events(self) -> List[Dict[str, Any]]:
+    def events(self, this_launch: bool = False) -> List[Dict[str, Any]]:
+        """The run's event log (only this ``fit()`` call's events with ``this_launch``)."""
         rel = self._rel("checkpoints", "log.jsonl")
         if not self.store.exists(rel):
             return []
-        return [json.loads(x) for x in self.store.read_bytes(rel).decode().splitlines() if x.strip()]
+        out = [json.loads(x) for x in self.store.read_bytes(rel).decode().splitlines() if x.strip()]
+        return [e for e in out if e.get("launch") == self.launch_id] if this_launch else out
+
+    def record_failure(self, attempt: int, rank: int, info: Dict[str, Any]) -> None:
+        """Keep a worker's error (one file per attempt and rank: no write races)."""
+        name = f"{self.launch_id}-attempt-{attempt:04d}-rank-{rank:04d}.json"
+        self.store.write_bytes(self._rel("failures", name),
+                               json.dumps({"time": time.time(), "attempt": attempt, **info}).encode())
+
+    def failures(self) -> List[Dict[str, Any]]:
+        """Recorded worker errors, oldest first (the first is usually the root cause)."""
+        out = [json.loads(self.store.read_bytes(self._rel("failures", n)))
+               for n in self.store.listdir(self._rel("failures"))
+               if n.endswith(".json") and n.startswith(f"{self.launch_id}-")]
+        return sorted(out, key=lambda d: d["time"])
 
     def save_model(self, model_bytes: bytes, spec: Dict[str, Any]) -> None:
         self.store.write_bytes(self._rel("model", "model.bin"), model_bytes)

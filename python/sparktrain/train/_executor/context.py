@@ -41,16 +41,18 @@ class WorkerContext:
 def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int) -> None:
     """Test hook: ``SPARKTRAIN_FAULT_INJECT=rank:epoch:step[:kind]`` fails that rank there.
 
-    Only on the first attempt of the stage, so the retried stage succeeds.
-    ``kind`` is ``exit`` (``os._exit(3)``, a crashed worker) or ``raise`` (a
-    Python exception).
+    ``kind`` is ``exit`` (``os._exit(3)``: a crashed worker, only on the
+    stage's first attempt, so a retried stage succeeds) or ``raise`` (a Python
+    exception on every attempt, like a bug in user code).
     """
     spec = os.environ.get(FAULT_ENV)
-    if not spec or ctx.attempt != 0:
+    if not spec:
         return
     parts = spec.split(":")
     rank, f_epoch, f_step = int(parts[0]), int(parts[1]), int(parts[2])
     kind = parts[3] if len(parts) > 3 else "exit"
+    if kind == "exit" and ctx.attempt != 0:
+        return
     if (rank, f_epoch, f_step) == (ctx.rank, epoch, step):
         if kind == "raise":
             raise ValueError(f"injected failure on rank {rank} at epoch {epoch} step {step}")

@@ -168,7 +168,7 @@ def main(argv: List[str]) -> int:
     reporter = Reporter(spec.progress_address, args["rank"], args["host"], spec.token)
     ctx = WorkerContext(rank=args["rank"], world_size=args["world_size"], host=args["host"], master_host="",
                         master_port=0, aux_port=0, attempt=args["attempt"],
-                        checkpointer=Checkpointer(spec.store, spec.run_id), reporter=reporter)
+                        checkpointer=Checkpointer(spec.store, spec.run_id, spec.launch_id), reporter=reporter)
     try:
         result = train(spec, ctx)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent task

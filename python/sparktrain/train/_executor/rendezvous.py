@@ -83,8 +83,10 @@ def make_tcp_store(host: str, port: int, world_size: int, is_master: bool,
         if listen_sock is None:
             raise ValueError("rank 0 needs the pre-bound listen socket")
         listen_sock.listen(max(16, world_size * 2))
-        return dist.TCPStore(host, port, world_size, True, timedelta(seconds=timeout_s),
-                             wait_for_workers=False, master_listen_fd=listen_sock.fileno(), use_libuv=True)
+        store = dist.TCPStore(host, port, world_size, True, timedelta(seconds=timeout_s),
+                              wait_for_workers=False, master_listen_fd=listen_sock.fileno(), use_libuv=True)
+        listen_sock.detach()  # the store owns (and closes) the descriptor now
+        return store
     return dist.TCPStore(host, port, world_size, False, timedelta(seconds=timeout_s))
 
 

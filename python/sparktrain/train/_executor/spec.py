@@ -80,3 +80,5 @@ class WorkerSpec:
     optimizer_factory: Optional[bytes] = None  # cloudpickled callable(params_or_none, lr) -> optimizer
     env: Dict[str, str] = field(default_factory=dict)
     python: Optional[str] = None               # interpreter for subprocess workers (Keras)
+    launch_id: str = ""                        # one fit() call (its Spark retries share it)
+    max_attempts: int = 1                      # launches allowed (spark.task.maxFailures / local[N,F])

@@ -41,12 +41,23 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
         rank = bctx.partitionId()
         infos = bctx.getTaskInfos()
         host = executor_host(infos[rank].address)
+        # Python workers are reused across tasks: drop SPARKTRAIN_* left by an earlier task, then apply ours.
+        for key in [k for k in os.environ if k.startswith("SPARKTRAIN_") and k not in spec.env]:
+            del os.environ[key]
         os.environ.update(spec.env)
         reporter = Reporter(spec.progress_address, rank, host, spec.token)
-        checkpointer = Checkpointer(spec.store, spec.run_id)
+        checkpointer = Checkpointer(spec.store, spec.run_id, spec.launch_id)
         # PySpark's TaskContext has no stage attempt number: count earlier launches in the run's log
         # (read before allGather; rank 0 logs this launch only after it).
-        attempt = sum(1 for e in checkpointer.events() if e.get("event") in ("started", "resumed"))
+        attempt = sum(1 for e in checkpointer.events(this_launch=True) if e.get("event") in ("started", "resumed"))
+        if attempt >= spec.max_attempts:
+            # Spark resubmits a failed barrier stage up to spark.stage.maxConsecutiveAttempts times, more
+            # than spark.task.maxFailures allows; fail fast with the original (root-cause) error.
+            failures = checkpointer.failures()
+            root = failures[0] if failures else {"rank": rank, "host": host, "traceback": "",
+                                                  "message": f"training failed {attempt} time(s)"}
+            root = dict(root, message=f"{root['message']} (gave up after {attempt} attempt(s))")
+            raise RuntimeError(f"{ERROR_MARKER}{json.dumps(root)}{ERROR_MARKER}")
         listen = bind_free_port(host) if rank == 0 else None
         try:
             msg = json.dumps({"host": host, "port": listen.getsockname()[1] if listen else None,
@@ -66,12 +77,16 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
             tb = traceback.format_exc()
             detail = getattr(exc, "remote_traceback", None) or tb
             reporter.send("error", message=f"{type(exc).__name__}: {exc}", traceback=detail)
-            payload = json.dumps({"rank": rank, "host": host, "message": f"{type(exc).__name__}: {exc}",
-                                  "traceback": detail})
+            info = {"rank": rank, "host": host, "message": f"{type(exc).__name__}: {exc}", "traceback": detail}
+            try:
+                checkpointer.record_failure(attempt, rank, info)
+            except Exception:  # the store may be the problem; the marker below still carries the error
+                pass
+            payload = json.dumps(info)
             raise RuntimeError(f"{ERROR_MARKER}{payload}{ERROR_MARKER}") from exc
         finally:
             reporter.close()
-            if listen is not None:
+            if listen is not None and listen.fileno() != -1:  # not handed over to a TCPStore
                 listen.close()
         yield pa.RecordBatch.from_pylist([{
             "rank": rank, "host": host, "attempt": attempt,
