@@ -217,7 +217,7 @@ def test_save_load_in_another_session_transforms_identically(spark, model, raw_p
     again = Pipeline.load(str(tmp_path / "pipe"))
     assert [type(s).__name__ for s in again.getStages()] == [type(s).__name__ for s in pipe.getStages()]
     assert [type(s).__name__ for s in pipe.getStages()] == [
-        "SQLTransformer", "Imputer", "Imputer", "QuantileDiscretizer", "StringIndexer", "VocabularyIndexer",
+        "SQLTransformer", "Imputer", "Imputer", "StringIndexer", "VocabularyIndexer", "QuantileDiscretizer",
         "ColumnScaler", "FlatFeatureAssembler"]
 
 
@@ -249,3 +249,13 @@ def test_keep_input_cols_reaches_the_assembler(specs):
 
     assert compile_pipeline(specs, keep_input_cols=True).getStages()[-1].getKeepInputCols() is True
     assert compile_pipeline(specs).getStages()[-1].getKeepInputCols() is False
+
+
+def test_fit_pipeline_fits_what_pipeline_fit_fits(raw_train, specs, meta):
+    from sparktrain.features import metadata as md
+    from sparktrain.features.compile import compile_pipeline, fit_pipeline, plan_features
+
+    types = {f.name: f.dataType.simpleString() for f in raw_train.schema.fields}
+    model = fit_pipeline(compile_pipeline(specs, key=KEY, label=LABEL, types=types), raw_train)
+    again = md.build_metadata(plan_features(specs, KEY, LABEL), md.fitted_values(model), schema=types)
+    assert json.loads(md.dumps(again)) == meta

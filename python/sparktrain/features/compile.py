@@ -6,13 +6,17 @@ The pipeline, in order:
    (casts, NaN/inf handling, constant impute, clip, log1p, crc32 hashing,
    crossing, datetime parts and their sin/cos, booleans).
 2. ``Imputer`` (mean) and ``Imputer`` (median) for numeric features.
-3. ``QuantileDiscretizer`` for numeric ``buckets``.
-4. ``StringIndexer(handleInvalid="keep", stringOrderType="frequencyDesc")`` for
+3. ``StringIndexer(handleInvalid="keep", stringOrderType="frequencyDesc")`` for
    plain categoricals, :class:`~sparktrain.features.stages.VocabularyIndexer`
    for those with ``min_frequency``/``max_vocab``.
+4. ``QuantileDiscretizer`` for numeric ``buckets`` (on the imputed values).
 5. :class:`~sparktrain.features.stages.ColumnScaler` for ``standard``/``minmax``.
 6. :class:`~sparktrain.features.stages.FlatFeatureAssembler`: float32 and int32
    output columns, plus the key and the label when present.
+
+``Pipeline.fit`` works; :func:`fit_pipeline` gives the same ``PipelineModel``
+faster by fitting estimators that do not read each other's outputs (2-4 of
+the stages above) as concurrent Spark jobs.
 
 Intermediate columns are named ``__st_<feature>__<step>`` and dropped by the
 assembler.  Output names (see :func:`plan_features`):
@@ -32,7 +36,7 @@ any Spark work and :mod:`sparktrain.features.metadata` can read it back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import ConfigError
 from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
@@ -99,9 +103,18 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def numeric_sql(spec: NumericFeature) -> str:
-    """The prepared double: cast, NaN/inf -> null (or an error), constant impute, clip, log1p."""
-    v = f"try_cast({quote(spec.source)} AS DOUBLE)"
+def numeric_sql(spec: NumericFeature, source_type: Optional[str] = None) -> str:
+    """The prepared double: cast, NaN/inf -> null (or an error), constant impute, clip, log1p.
+
+    ``source_type`` (Spark's ``simpleString``) lets a double column skip the
+    cast; without it the expression is ``try_cast``, right for any type.
+    """
+    if source_type == "double":
+        v = quote(spec.source)
+    elif source_type in ("float", "tinyint", "smallint", "int", "bigint", "boolean"):
+        v = f"CAST({quote(spec.source)} AS DOUBLE)"
+    else:
+        v = f"try_cast({quote(spec.source)} AS DOUBLE)"
     finite = f"abs({v}) < CAST('Infinity' AS DOUBLE)"  # false for NaN and +-inf, null for null
     if spec.on_invalid == "error":
         msg = sql_string(f"column '{spec.source}' (feature '{spec.name}') has a NaN or infinite value; "
@@ -111,9 +124,9 @@ def numeric_sql(spec: NumericFeature) -> str:
         x = f"IF({finite}, {v}, NULL)"
     if spec.impute == "constant":
         x = f"coalesce({x}, {sql_double(spec.impute_value)})"
-    if spec.clip is not None:
+    if spec.clip is not None:  # least/greatest skip nulls, so keep a null a null
         lo, hi = sql_double(spec.clip[0]), sql_double(spec.clip[1])
-        x = f"CASE WHEN {x} < {lo} THEN {lo} WHEN {x} > {hi} THEN {hi} ELSE {x} END"
+        x = f"IF({x} IS NULL, NULL, least(greatest({x}, {lo}), {hi}))"
     if spec.log1p:
         x = f"signum({x}) * log1p(abs({x}))"
     return x
@@ -147,13 +160,16 @@ def boolean_sql(spec: BooleanFeature) -> str:
     return f"IF(coalesce(try_cast({quote(spec.source)} AS BOOLEAN), false), CAST(1 AS DOUBLE), CAST(0 AS DOUBLE))"
 
 
-def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None,
-                  label: Optional[str] = None) -> FeaturePlan:
+def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None, label: Optional[str] = None,
+                  types: Optional[Mapping[str, str]] = None) -> FeaturePlan:
     """Lay out the pipeline for ``specs``: intermediate columns, stage inputs and output columns.
 
+    ``types`` (column -> Spark ``simpleString``, optional) only makes the SQL
+    cheaper for numeric columns that need no cast; the outputs are the same.
     Raises :class:`ConfigError` when the spec is empty or two outputs (or an
     output and the key/label) would share a name.
     """
+    types = types or {}
     if not specs:
         raise ConfigError("features", [], "list at least one feature, e.g. - {name: carrier, type: categorical}")
     plan = FeaturePlan(specs=tuple(specs), key=key, label=label)
@@ -166,7 +182,7 @@ def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None,
         n = spec.name
         if isinstance(spec, NumericFeature):
             prep = plan.internal(n, "prep")
-            plan.prepare[prep] = numeric_sql(spec)
+            plan.prepare[prep] = numeric_sql(spec, types.get(spec.source))
             value = prep
             if spec.impute in ("mean", "median"):
                 value = plan.internal(n, "imp")
@@ -226,7 +242,7 @@ def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None,
 
 
 def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, label: Optional[str] = None,
-                     keep_input_cols: bool = False):
+                     keep_input_cols: bool = False, types: Optional[Mapping[str, str]] = None):
     """Build the (unfitted) ``pyspark.ml.Pipeline`` for a feature spec.
 
     Parameters
@@ -237,6 +253,10 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
         Passed through by the final stage when present in the data.
     keep_input_cols : bool
         Keep the raw columns next to the outputs (for use inside a larger Pipeline).
+    types : mapping, optional
+        Raw column -> Spark type (``df.schema[c].dataType.simpleString()``): numeric
+        columns that are already doubles then skip a cast.  The fitted model then
+        expects those columns to keep their type.
 
     Returns
     -------
@@ -256,7 +276,7 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
 
     from sparktrain.features.stages import ColumnScaler, FlatFeatureAssembler, VocabularyIndexer
 
-    plan = plan_features(specs, key=key, label=label)
+    plan = plan_features(specs, key=key, label=label, types=types)
     stages: list = []
     selects = ", ".join(f"{expr} AS {quote(col)}" for col, expr in plan.prepare.items())
     stages.append(SQLTransformer(statement=f"SELECT *, {selects} FROM __THIS__"))
@@ -265,10 +285,6 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
         if pairs:
             stages.append(Imputer(strategy=strategy, inputCols=[a for a, _ in pairs],
                                   outputCols=[b for _, b in pairs]))
-    if plan.buckets:
-        stages.append(QuantileDiscretizer(inputCols=[a for a, _, _ in plan.buckets],
-                                          outputCols=[b for _, b, _ in plan.buckets],
-                                          numBucketsArray=[n for _, _, n in plan.buckets], handleInvalid="keep"))
     if plan.string_index:
         stages.append(StringIndexer(inputCols=[a for a, _ in plan.string_index],
                                     outputCols=[b for _, b in plan.string_index],
@@ -279,6 +295,10 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
             minFrequencies=[s.min_frequency for _, _, s in plan.vocab_index],
             maxVocabSizes=[s.max_vocab or 0 for _, _, s in plan.vocab_index],
             vocabLimits=[s.vocab_limit for _, _, s in plan.vocab_index]))
+    if plan.buckets:
+        stages.append(QuantileDiscretizer(inputCols=[a for a, _, _ in plan.buckets],
+                                          outputCols=[b for _, b, _ in plan.buckets],
+                                          numBucketsArray=[n for _, _, n in plan.buckets], handleInvalid="keep"))
     if plan.scale:
         stages.append(ColumnScaler(inputCols=[a for a, _, _ in plan.scale], outputCols=[b for _, b, _ in plan.scale],
                                    methods=[m for _, _, m in plan.scale]))
@@ -291,6 +311,69 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
     return Pipeline(stages=stages)
 
 
+def _columns(stage, single: str, multi: str) -> Optional[set]:
+    """The columns a stage names in ``inputCol(s)``/``outputCol(s)``; None when it does not say."""
+    for name, many in ((multi, True), (single, False)):
+        if stage.hasParam(name) and stage.isDefined(stage.getParam(name)):
+            value = stage.getOrDefault(stage.getParam(name))
+            return set(value) if many else {value}
+    return None
+
+
+def fit_pipeline(pipeline, dataset, max_parallel: int = 4):
+    """Fit ``pipeline`` on ``dataset`` like ``Pipeline.fit``, running independent estimators concurrently.
+
+    Consecutive estimators that do not read each other's output columns are
+    fitted at the same time, each as its own Spark job from its own thread
+    (two Imputers, the indexers; then the discretizer and the scaler).  Each
+    estimator still sees every column produced before it, so the fitted
+    stages are the ones ``Pipeline.fit`` would give.  Stages that do not name
+    their columns are fitted alone.
+
+    Returns
+    -------
+    pyspark.ml.PipelineModel
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import inheritable_thread_target
+    from pyspark.ml import Estimator, PipelineModel
+
+    stages = pipeline.getStages()
+    fitted: list = [None] * len(stages)
+    current = dataset
+    i = 0
+    while i < len(stages):
+        if not isinstance(stages[i], Estimator):
+            fitted[i] = stages[i]
+            current = stages[i].transform(current)
+            i += 1
+            continue
+        group, produced = [i], _columns(stages[i], "outputCol", "outputCols")
+        j = i + 1
+        while (produced is not None and j < len(stages) and len(group) < max_parallel
+               and isinstance(stages[j], Estimator)):
+            inputs = _columns(stages[j], "inputCol", "inputCols")
+            outputs = _columns(stages[j], "outputCol", "outputCols")
+            if inputs is None or outputs is None or inputs & produced:
+                break
+            group.append(j)
+            produced |= outputs
+            j += 1
+        data = current
+        if len(group) == 1:
+            models = [stages[i].fit(data)]
+        else:
+            target = inheritable_thread_target(data.sparkSession)(lambda k: stages[k].fit(data))
+            with ThreadPoolExecutor(len(group)) as pool:
+                models = list(pool.map(target, group))
+        for k, model in zip(group, models):
+            fitted[k] = model
+            current = model.transform(current)
+        i = j
+    return PipelineModel(stages=fitted)
+
+
 def source_columns(specs: Sequence[FeatureSpec]) -> List[str]:
     """The raw columns a spec reads, in first-use order."""
     cols: List[str] = []
@@ -301,5 +384,5 @@ def source_columns(specs: Sequence[FeatureSpec]) -> List[str]:
     return cols
 
 
-__all__ = ["FeaturePlan", "OutputColumn", "plan_features", "compile_pipeline", "source_columns",
+__all__ = ["FeaturePlan", "OutputColumn", "plan_features", "compile_pipeline", "fit_pipeline", "source_columns",
            "DATETIME_PERIODS", "CROSS_SEPARATOR", "PREFIX"]

@@ -2,18 +2,22 @@
 
 :func:`materialize` does, in this order (each step logged with its rows and seconds):
 
-1. **stage input**: one pass over the source that assigns each row its split
-   (``pmod(xxhash64(seed, key), 10000)`` against the split fractions, so the
-   same key lands in the same split on every run and every cluster size),
-   writes the columns the spec reads to ``_raw/`` partitioned by split, and,
-   through ``DataFrame.observe``, runs every data check of
+1. **stage input + validate**: one pass over the source that assigns each row
+   its split (``pmod(xxhash64(seed, key), 10000)`` against the split
+   fractions, so the same key lands in the same split on every run and every
+   cluster size), writes the columns the spec reads to ``_raw/`` partitioned
+   by split and, through ``DataFrame.observe``, runs every data check of
    :mod:`sparktrain.features.validate` in the same pass.  An expensive source
-   (CSV plus joins) is read once; every later pass reads narrow Parquet.
-2. **validate**: raise on bad input before any fitting.
-3. **fit** the compiled ``Pipeline`` on the train split only.
-4. **write** each split with :func:`sparktrain.data.manifest.write_parquet`
+   (the flights CSV join, any DataFrame) is computed once; every later pass
+   reads narrow Parquet.  When the source is ``data.source``'s own Parquet,
+   which is cheap to re-read, this step is only the one aggregation pass.
+2. raise on bad input, before any fitting.
+3. **fit** the compiled ``Pipeline`` on the train split only
+   (:func:`~sparktrain.features.compile.fit_pipeline`).
+4. **write splits**: each split with :func:`sparktrain.data.manifest.write_parquet`
    (row groups of ``output.row_group_rows``, ``output.compression``, a
-   ``_manifest.json`` per split), then ``pipeline_model/`` and ``features.json``.
+   ``_manifest.json`` per split) and ``pipeline_model/``, as concurrent jobs;
+   then ``features.json``.
 
 Everything goes to a staging folder that :func:`sparktrain.data.manifest.atomic_dir`
 renames to ``output.path`` only at the end, so a failed run leaves nothing
@@ -37,7 +41,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from sparktrain.config import JobConfig, SplitConfig
 from sparktrain.features import metadata as md
-from sparktrain.features.compile import compile_pipeline, plan_features, quote, source_columns
+from sparktrain.features.compile import compile_pipeline, fit_pipeline, plan_features, quote, source_columns
 from sparktrain.features.validate import check_results, check_schema, validation_aggregates
 
 log = logging.getLogger(__name__)
@@ -104,7 +108,7 @@ def _step(name: str, timings: Dict[str, float]) -> Iterator[Dict[str, Any]]:
     log.info("preprocess: %s done in %.1f s%s", name, timings[name], rows)
 
 
-def materialize(spark: Any, cfg: JobConfig, df: Any = None) -> PreprocessResult:
+def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optional[bool] = None) -> PreprocessResult:
     """Fit the job's features on its train split and write all splits to Parquet.
 
     Parameters
@@ -114,6 +118,10 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None) -> PreprocessResult:
         Uses ``data`` (source, key, label), ``features``, ``split`` and ``output``.
     df : DataFrame, optional
         The raw input; loaded from ``cfg.data`` when omitted.
+    stage_input : bool, optional
+        Copy the columns the spec reads to Parquet first (partitioned by split),
+        so an expensive source is computed once.  Default: True, except when
+        the input is ``cfg.data``'s own Parquet path, which is cheap to re-read.
 
     Returns
     -------
@@ -131,63 +139,66 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None) -> PreprocessResult:
     >>> cfg = load_config("conf/flights.yaml")           # doctest: +SKIP
     >>> result = materialize(spark, cfg)                 # doctest: +SKIP
     >>> result.row_counts                                # doctest: +SKIP
-    {'train': 261864, 'validation': 32776, 'test': 32706}
+    {'train': 261653, 'validation': 32985, 'test': 32708}
     """
-    from pyspark.ml import PipelineModel  # noqa: F401  (fail early when pyspark.ml is missing)
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from sparktrain.data.manifest import atomic_dir, write_parquet
+    from sparktrain.data.manifest import atomic_dir
 
     t_start = time.perf_counter()
     timings: Dict[str, float] = {}
-    source = "<DataFrame>" if df is not None else cfg.data.source
     key, label = cfg.data.key, cfg.data.label
     specs = cfg.features
     plan = plan_features(specs, key=key, label=label)  # config errors first
+    source = "<DataFrame>" if df is not None else cfg.data.source
+    if stage_input is None:
+        stage_input = not (df is None and cfg.data.format == "parquet" and cfg.data.source != "flights")
     if df is None:
         from sparktrain.datasets import load_source
         df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
     types = check_schema(df.schema, specs, key, label)
     needed = _unique(source_columns(specs) + [key, label])
-    pipeline = compile_pipeline(specs, key=key, label=label)
+    pipeline = compile_pipeline(specs, key=key, label=label, types=types)
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     out = cfg.output
-    manifests: Dict[str, Dict[str, Any]] = {}
+    checks = validation_aggregates(types, specs, key, label)
+    checks += [F.expr(f"count_if({SPLIT_COLUMN} = '{s}')").alias(f"split_{s}") for s in SPLITS]
+    tagged = (df.select(*[F.col(quote(c)) for c in needed])
+              .withColumn(SPLIT_COLUMN, F.expr(split_expression(key, cfg.split))))
     with atomic_dir(out.path, overwrite=out.overwrite) as staging:
         raw = posixpath.join(staging, RAW_DIR)
-        with _step("stage input + validate", timings) as info:
-            obs = Observation("sparktrain_preprocess")
-            split_counts = [F.expr(f"count_if({SPLIT_COLUMN} = '{s}')").alias(f"split_{s}") for s in SPLITS]
-            staged = (df.select(*[F.col(quote(c)) for c in needed])
-                      .withColumn(SPLIT_COLUMN, F.expr(split_expression(key, cfg.split)))
-                      .observe(obs, *validation_aggregates(types, specs, key, label), *split_counts))
-            staged.write.partitionBy(SPLIT_COLUMN).parquet(raw)
-            values = obs.get
-            info["rows"] = int(values["rows"])
+        if stage_input:
+            with _step("stage input + validate", timings) as info:
+                obs = Observation("sparktrain_preprocess")
+                tagged.observe(obs, *checks).write.partitionBy(SPLIT_COLUMN).parquet(raw)
+                values = obs.get
+                info["rows"] = int(values["rows"])
+        else:
+            with _step("validate", timings) as info:
+                values = tagged.agg(*checks).first().asDict()
+                info["rows"] = int(values["rows"])
         report = check_results(values, specs, label, types)
         counts = {s: int(values[f"split_{s}"]) for s in SPLITS}
         log.info("preprocess: input checked (%s rows): split %s", f"{report.rows:,}", counts)
-        raw_schema = spark.read.parquet(raw).drop(SPLIT_COLUMN).schema
+        if stage_input:
+            raw_schema = spark.read.parquet(raw).drop(SPLIT_COLUMN).schema
 
         def read_split(split: str):
+            if not stage_input:
+                return tagged.where(F.col(SPLIT_COLUMN) == split).drop(SPLIT_COLUMN)
             if counts[split] == 0:
                 return spark.createDataFrame([], raw_schema)
             return spark.read.parquet(posixpath.join(raw, f"{SPLIT_COLUMN}={split}"))
 
         with _step("fit on train", timings) as info:
-            model = pipeline.fit(read_split("train"))
+            model = fit_pipeline(pipeline, read_split("train"))
             info["rows"] = counts["train"]
         meta = md.build_metadata(plan, md.fitted_values(model), schema=types, timezone=timezone)
         md.check_vocabularies(meta)
-        model.write().save(posixpath.join(staging, PIPELINE_DIR))
-        for split in SPLITS:
-            with _step(f"write {split}", timings) as info:
-                manifests[split] = write_parquet(
-                    model.transform(read_split(split)), posixpath.join(staging, split),
-                    row_group_rows=out.row_group_rows, compression=out.compression,
-                    extra={"split": split, "features_json": "../" + md.FILE_NAME})
-                info["rows"] = manifests[split]["num_rows"]
+        with _step("write splits", timings) as info:
+            manifests = _write_outputs(spark, model, read_split, staging, out)
+            info["rows"] = sum(m["num_rows"] for m in manifests.values())
         meta["dataset"] = {
             "splits": {s: {"path": s, "rows": manifests[s]["num_rows"], "digest": manifests[s]["digest"]}
                        for s in SPLITS},
@@ -200,7 +211,8 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None) -> PreprocessResult:
             "scale": cfg.data.scale if source == cfg.data.source else None,
         }
         _write_text(posixpath.join(staging, md.FILE_NAME), md.dumps(meta))
-        _delete_dir(raw)
+        if stage_input:
+            _delete_dir(raw)
     timings["total"] = time.perf_counter() - t_start
     result = PreprocessResult(
         path=out.path, row_counts={s: manifests[s]["num_rows"] for s in SPLITS}, manifests=manifests,
@@ -208,6 +220,32 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None) -> PreprocessResult:
         pipeline_model=posixpath.join(out.path, PIPELINE_DIR), timings=dict(timings), features=meta)
     log.info("preprocess: wrote %s in %.1f s", out.path, timings["total"])
     return result
+
+
+def _write_outputs(spark: Any, model: Any, read_split: Any, staging: str, out: Any) -> Dict[str, Dict[str, Any]]:
+    """Save the model and write the three splits as concurrent Spark jobs (their driver-side work overlaps)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark import inheritable_thread_target
+
+    from sparktrain.data.manifest import write_parquet
+
+    def write(split: str) -> Dict[str, Any]:
+        t0 = time.perf_counter()
+        manifest = write_parquet(model.transform(read_split(split)), posixpath.join(staging, split),
+                                 row_group_rows=out.row_group_rows, compression=out.compression,
+                                 extra={"split": split, "features_json": "../" + md.FILE_NAME})
+        log.info("preprocess: wrote %s: %s rows in %.1f s", split, f"{manifest['num_rows']:,}",
+                 time.perf_counter() - t0)
+        return manifest
+
+    inherit = inheritable_thread_target(spark)
+    with ThreadPoolExecutor(len(SPLITS) + 1) as pool:
+        saved = pool.submit(inherit(model.write().save), posixpath.join(staging, PIPELINE_DIR))
+        futures = {s: pool.submit(inherit(write), s) for s in SPLITS}
+        manifests = {s: f.result() for s, f in futures.items()}
+        saved.result()
+    return manifests
 
 
 def run_preprocess(spark: Any, cfg: JobConfig) -> PreprocessResult:

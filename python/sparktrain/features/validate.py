@@ -85,7 +85,7 @@ def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec]
 
     exprs: List[Tuple[str, str]] = [("rows", "count(1)")]
     if key:
-        exprs.append(("null_keys", f"count_if({quote(key)} IS NULL)"))
+        exprs.append(("keys", f"count({quote(key)})"))
     if label:
         exprs.append(("labels", f"count({quote(label)})"))
     for i, spec in enumerate(specs):
@@ -98,9 +98,9 @@ def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec]
             bad = f"{s} IS NOT NULL AND try_cast({s} AS {target}) IS NULL"
             exprs += [(f"v{i}_bad", f"count_if({bad})"), (f"v{i}_sample", f"min(IF({bad}, {s}, NULL))")]
         if isinstance(spec, NumericFeature):
-            v = f"try_cast({s} AS DOUBLE)"
-            exprs += [(f"v{i}_present", f"count(IF(abs({v}) < CAST('Infinity' AS DOUBLE), 1, NULL))"),
-                      (f"v{i}_nan", f"count_if(isnan({v}))"),
+            # simple expressions on purpose: this pass runs over all the input
+            v = s if _base_type(types[spec.source]) in ("float", "double") else f"try_cast({s} AS DOUBLE)"
+            exprs += [(f"v{i}_nonnull", f"count({v})"), (f"v{i}_nan", f"count_if(isnan({v}))"),
                       (f"v{i}_inf", f"count_if(abs({v}) = CAST('Infinity' AS DOUBLE))")]
         elif target:
             exprs.append((f"v{i}_present", f"count(try_cast({s} AS {target}))"))
@@ -123,6 +123,8 @@ def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label
         if isinstance(spec, CrossedFeature):
             continue
         got = {k.split("_", 1)[1]: values[k] for k in values if k.startswith(f"v{i}_")}
+        if "nonnull" in got:
+            got["present"] = got.pop("nonnull") - got["nan"] - got["inf"]
         src, where = spec.source, f"column '{spec.source}' (feature '{spec.name}', {spec.type})"
         if got.get("bad"):
             target = {"numeric": "a number", "datetime": "a timestamp", "boolean": "a boolean"}[spec.type]
@@ -147,7 +149,7 @@ def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label
         per[spec.name] = {k: int(v) for k, v in got.items() if k != "sample" and v is not None}
     if label and "labels" in values and not values["labels"]:
         raise DataError(f"the label column '{label}' is null in all {rows:,} rows; check data.label")
-    null_keys = int(values.get("null_keys") or 0)
+    null_keys = rows - int(values["keys"]) if "keys" in values else 0
     if null_keys:
         log.warning("%d rows have a null key; they all land in the same split", null_keys)
     return ValidationReport(rows=rows, features=per, null_keys=null_keys)

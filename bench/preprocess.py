@@ -1,0 +1,261 @@
+"""Feature preprocessing: our Spark pipeline against a single-process pandas/pyarrow implementation.
+
+Usage (from the repo root)::
+
+    PYTHONPATH=python .venv/bin/python bench/preprocess.py [--scales 1,5] [--cores 2] \
+        [--driver-memory 1g] [--pandas-cap-gb 4]
+
+Both sides run the feature spec of ``conf/flights.yaml`` on the same raw rows:
+the flights join at ``scale`` N, exported once (untimed) to Parquet under
+``work/bench/preprocess/``.  Each side then does the whole job: read, split
+80/10/10 by a hash of the key, fit on train, transform all splits, write
+three Parquet datasets (zstd, 65,536-row groups) and ``features.json``.
+
+* **spark**: :func:`sparktrain.features.materialize.materialize` in a fresh
+  ``local[cores]`` session with ``spark.driver.memory``; a small warm-up run
+  first (untimed), as on a long-lived cluster.
+* **pandas**: pyarrow reads the whole table, numpy/pandas fit the same
+  statistics, :func:`sparktrain.features.local.transform_local` transforms,
+  ``pq.write_table`` writes.  It runs under a memory cap (RSS polled every
+  0.1 s); going over it is reported as OOM, not a crash of the benchmark.
+
+Each side runs in its own subprocess; peak memory is the peak summed RSS of
+that process tree (driver python + JVM for Spark).  The table shows rows/s,
+peak memory and the ratios spark/pandas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+WORK = REPO / "work" / "bench" / "preprocess"
+CONFIG = REPO / "conf" / "flights.yaml"
+
+
+# ------------------------------------------------------------------------------------------------ children
+def _session(cores: int, memory: str, app: str):
+    from sparktrain.session import get_or_create_session
+
+    return get_or_create_session(f"local[{cores}]", app, conf={
+        "spark.driver.memory": memory, "spark.sql.shuffle.partitions": str(cores),
+        "spark.ui.enabled": "false", "spark.local.dir": str(WORK / "spark-local")})
+
+
+def child_export(args: argparse.Namespace) -> None:
+    from sparktrain.datasets import flights
+
+    spark = _session(args.cores, "2g", "bench-export")
+    for scale in args.scales:
+        path = WORK / f"raw_x{scale}"
+        if not (path / "_SUCCESS").exists():
+            flights(spark, scale=scale).write.mode("overwrite").parquet(str(path))
+    spark.stop()
+
+
+def child_spark(args: argparse.Namespace) -> None:
+    from dataclasses import replace
+
+    from sparktrain.config import load_config
+    from sparktrain.features.materialize import materialize
+
+    spark = _session(args.cores, args.driver_memory, "bench-preprocess")
+    cfg = load_config(CONFIG)
+    df = spark.read.parquet(args.raw)
+    warm = replace(cfg, output=replace(cfg.output, path=args.out + "-warmup"))
+    materialize(spark, warm, df.where("abs(hash(flight_id)) % 50 = 0"))
+    # as a user would run it: data.source is the Parquet path (re-read per pass, no staging copy)
+    cfg = replace(cfg, data=replace(cfg.data, source=args.raw, format="parquet"),
+                  output=replace(cfg.output, path=args.out))
+    t0 = time.perf_counter()
+    result = materialize(spark, cfg)
+    seconds = time.perf_counter() - t0
+    print("RESULT " + json.dumps({"rows": sum(result.row_counts.values()), "seconds": seconds,
+                                  "steps": result.timings}), flush=True)
+    spark.stop()
+
+
+def fit_pandas(table: Any, plan: Any) -> Dict[str, Any]:
+    """The statistics the Spark pipeline fits, computed with numpy/pyarrow in memory."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from sparktrain.features import local as L
+    from sparktrain.features import metadata as md
+    from sparktrain.features.spec import CategoricalFeature, NumericFeature
+
+    fitted: Dict[str, Dict[str, Any]] = {"impute": {}, "splits": {}, "labels": {}, "scale": {}}
+    for spec in plan.specs:
+        n = spec.name
+        if isinstance(spec, NumericFeature):
+            x = L._to_float(L._column(table, spec.source))
+            x[~np.isfinite(x)] = np.nan
+            if spec.impute == "constant":
+                x = np.where(np.isnan(x), spec.impute_value, x)
+            if spec.clip is not None:
+                x = np.clip(x, *spec.clip)
+            if spec.log1p:
+                x = np.sign(x) * np.log1p(np.abs(x))
+            col = plan.internal(n, "prep")
+            if spec.impute != "constant":
+                value = float(np.nanmean(x) if spec.impute == "mean" else np.nanmedian(x))
+                fitted["impute"][col] = value
+                x = np.where(np.isnan(x), value, x)
+                col = plan.internal(n, "imp")
+            if spec.buckets:
+                qs = np.unique(np.quantile(x, np.linspace(0, 1, spec.buckets + 1)[1:-1]))
+                fitted["splits"][col] = [-np.inf, *qs.tolist(), np.inf]
+            if spec.scale == "standard":
+                std = float(np.std(x, ddof=1))
+                fitted["scale"][col] = ("standard", float(np.mean(x)), std if std > 0 else 1.0)
+            elif spec.scale == "minmax":
+                lo, hi = float(np.min(x)), float(np.max(x))
+                fitted["scale"][col] = ("minmax", lo, hi - lo if hi > lo else 1.0)
+        elif isinstance(spec, CategoricalFeature) and spec.hash_buckets is None:
+            counts = pc.value_counts(L._as_text(L._column(table, spec.source)).drop_null())
+            pairs = sorted(((-c, v) for v, c in zip(counts.field(0).to_pylist(), counts.field(1).to_pylist())
+                            if c >= spec.min_frequency))
+            fitted["labels"][plan.internal(n, "str")] = [v for _, v in pairs][:spec.max_vocab or None]
+    return md.build_metadata(plan, fitted, schema={plan.label: "boolean"})
+
+
+def child_pandas(args: argparse.Namespace) -> None:
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparktrain.config import load_config
+    from sparktrain.features import metadata as md
+    from sparktrain.features.compile import plan_features, source_columns
+    from sparktrain.features.local import transform_local
+
+    cfg = load_config(CONFIG)
+    key, label = cfg.data.key, cfg.data.label
+    plan = plan_features(cfg.features, key, label)
+    t0 = time.perf_counter()
+    table = pq.read_table(args.raw, columns=list(dict.fromkeys(source_columns(cfg.features) + [key, label])))
+    bucket = pd.util.hash_array(table.column(key).to_numpy(zero_copy_only=False)) % 10_000
+    names = np.where(bucket < 8000, 0, np.where(bucket < 9000, 1, 2))
+    meta = fit_pandas(table.filter(pa.array(names == 0)), plan)
+    rows = 0
+    for i, split in enumerate(("train", "validation", "test")):
+        part = table.filter(pa.array(names == i))
+        out = pa.table(transform_local(part, meta))
+        os.makedirs(os.path.join(args.out, split), exist_ok=True)
+        pq.write_table(out, os.path.join(args.out, split, "part-0.parquet"), row_group_size=65_536,
+                       compression="zstd")
+        rows += out.num_rows
+        del part, out
+    with open(os.path.join(args.out, "features.json"), "w") as fh:
+        fh.write(md.dumps(meta))
+    print("RESULT " + json.dumps({"rows": rows, "seconds": time.perf_counter() - t0}), flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ parent
+def run_child(mode: str, extra: List[str], cap_bytes: Optional[int] = None, timeout: float = 3600) -> Dict[str, Any]:
+    """Run a child mode, polling the RSS of its process tree; kill it over ``cap_bytes``."""
+    import psutil
+
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_PYTHON=sys.executable)
+    proc = subprocess.Popen([sys.executable, __file__, mode, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env)
+    root = psutil.Process(proc.pid)
+    peak, oom, t0 = 0, False, time.perf_counter()
+    while proc.poll() is None:
+        try:
+            rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+        except psutil.Error:
+            rss = 0
+        peak = max(peak, rss)
+        if cap_bytes and rss > cap_bytes:
+            oom = True
+            for p in [*root.children(recursive=True), root]:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            break
+        if time.perf_counter() - t0 > timeout:
+            proc.kill()
+            break
+        time.sleep(0.1)
+    out, _ = proc.communicate()
+    lines = [ln for ln in (out or "").splitlines() if ln.startswith("RESULT ")]
+    res: Dict[str, Any] = json.loads(lines[-1][7:]) if lines else {}
+    res.update(peak_rss=peak, oom=oom, rc=proc.returncode)
+    return res
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", nargs="?", default="bench", choices=["bench", "_export", "_spark", "_pandas"])
+    p.add_argument("--scales", default="1,5", type=lambda s: [int(x) for x in s.split(",")])
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--driver-memory", default="1g")
+    p.add_argument("--pandas-cap-gb", type=float, default=4.0)
+    p.add_argument("--raw")
+    p.add_argument("--out")
+    args = p.parse_args(argv)
+    if args.mode != "bench":
+        {"_export": child_export, "_spark": child_spark, "_pandas": child_pandas}[args.mode](args)
+        return
+    WORK.mkdir(parents=True, exist_ok=True)
+    common = ["--cores", str(args.cores), "--scales", ",".join(map(str, args.scales))]
+    exp = run_child("_export", common)
+    if exp["rc"] != 0:
+        raise SystemExit(f"exporting the raw flights tables failed (exit {exp['rc']})")
+    rows_out = []
+    for scale in args.scales:
+        raw = str(WORK / f"raw_x{scale}")
+        res = {}
+        for engine, mode, cap in (("spark", "_spark", None),
+                                  ("pandas", "_pandas", int(args.pandas_cap_gb * (1 << 30)))):
+            out = str(WORK / f"out_{engine}_x{scale}")
+            subprocess.run(["rm", "-rf", out, out + "-warmup"], check=False)
+            res[engine] = run_child(mode, [*common, "--driver-memory", args.driver_memory, "--raw", raw,
+                                           "--out", out], cap_bytes=cap)
+            r = res[engine]
+            status = "OOM" if r["oom"] else ("ok" if r.get("seconds") else f"failed (exit {r['rc']})")
+            print(f"x{scale} {engine}: {status} {json.dumps(r)}", file=sys.stderr, flush=True)
+        rows_out.append((scale, res))
+    print_table(rows_out, args)
+
+
+def print_table(results: List[Any], args: argparse.Namespace) -> None:
+    print(f"\nfeature preprocessing, conf/flights.yaml spec, local[{args.cores}] "
+          f"(spark.driver.memory={args.driver_memory}; pandas capped at {args.pandas_cap_gb:g} GiB)")
+    head = (f"{'scale':>5} {'rows':>10} | {'spark s':>8} {'rows/s':>9} {'peak MB':>8} | "
+            f"{'pandas s':>8} {'rows/s':>9} {'peak MB':>8} | {'time x':>7} {'mem x':>6}")
+    print(head)
+    print("-" * len(head))
+    for scale, res in results:
+        s, pd_ = res["spark"], res["pandas"]
+        rows = s.get("rows") or pd_.get("rows") or 0
+
+        def cells(r: Dict[str, Any]) -> str:
+            if r.get("oom"):
+                return f"{'OOM':>8} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
+            if not r.get("seconds"):
+                return f"{'failed':>8} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
+            return f"{r['seconds']:>8.1f} {r['rows'] / r['seconds']:>9,.0f} {r['peak_rss'] / 2**20:>8.0f}"
+
+        both = s.get("seconds") and pd_.get("seconds")
+        tx = f"{s['seconds'] / pd_['seconds']:>7.2f}" if both else f"{'-':>7}"
+        mx = f"{s['peak_rss'] / pd_['peak_rss']:>6.2f}" if both else f"{'-':>6}"
+        print(f"{scale:>5} {rows:>10,} | {cells(s)} | {cells(pd_)} | {tx} {mx}")
+    print("time x = spark seconds / pandas seconds (lower is better for spark); "
+          "mem x = spark peak RSS / pandas peak RSS")
+
+
+if __name__ == "__main__":
+    main()
