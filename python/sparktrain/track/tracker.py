@@ -204,7 +204,7 @@ class JobTracker:
         try:
             yield run
         except BaseException as exc:
-            self._finish(run, t0, "FAILED", exc)
+            self._finish(run, t0, _status(exc), exc)
             raise
         self._finish(run, t0, "FINISHED", None)
 
@@ -242,7 +242,7 @@ class JobTracker:
             yield run
         except BaseException as exc:
             self.parent = None
-            self._finish(run, t0, "FAILED", exc, job=True)
+            self._finish(run, t0, _status(exc), exc, job=True)
             raise
         self.parent = None
         self._finish(run, t0, "FINISHED", None, job=True)
@@ -267,6 +267,11 @@ class JobTracker:
 
         base = base or (self.uri if is_remote(self.uri) else "http://127.0.0.1:5000")
         return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{run_id}"
+
+
+def _status(exc: BaseException) -> str:
+    """``KILLED`` for Ctrl-C and interpreter exit, ``FAILED`` for errors."""
+    return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
 
 
 def _unflatten_masked(nested: Any, mask: Any) -> Any:
