@@ -1,0 +1,280 @@
+"""The driver's ask/tell loop: Hyperopt suggests, driver threads run trials as Spark jobs.
+
+Hyperopt's own ``fmin`` either evaluates serially or polls a ``Trials``
+subclass.  Here the loop is explicit, so that TPE sees each result the moment
+it arrives and the driver controls concurrency, timeouts and early stopping::
+
+    while trials remain and not stopped:
+        fill free slots: ask the algo for a point -> launch it in a thread, in its own job group
+        wait for the first result or the nearest deadline
+        tell Hyperopt each result; cancel the job group of every trial past its deadline
+
+A trial past ``timeout_s`` has its job group cancelled (again every second
+until its thread returns, in case a job started after the first cancel) and is
+recorded ``KILLED``.  A trial whose runner raises, or returns an error, is
+recorded ``FAILED`` and the search goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from sparktrain._internal import spark_compat
+from sparktrain.tune.result import FAILED, FINISHED, KILLED, TrialRecord
+from sparktrain.tune.space import CompiledSpace
+
+log = logging.getLogger(__name__)
+
+_RECANCEL_S = 1.0
+
+
+@dataclass
+class TrialOutcome:
+    """What a runner returns for one trial (an ``error`` means the objective failed)."""
+
+    metrics: Dict[str, Optional[float]] = field(default_factory=dict)
+    history: List[Dict[str, Any]] = field(default_factory=list)
+    model: Any = None
+    objective_seconds: Optional[float] = None
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+
+
+#: ``runner(number, params)`` runs one trial; it is called in a pool thread already inside the trial's job group.
+Runner = Callable[[int, Dict[str, Any]], TrialOutcome]
+
+
+@dataclass
+class _Running:
+    number: int
+    tid: int
+    params: Dict[str, Any]
+    group: str
+    started: float
+    deadline: Optional[float]
+    cancelled_at: Optional[float] = None
+
+
+class Listener:
+    """Hooks the loop calls on its own thread (the MLflow tracker implements them)."""
+
+    def on_start(self, number: int, params: Dict[str, Any], group: str, start_time: float) -> None:
+        """A trial was launched (``start_time`` is ``time.time()``)."""
+
+    def on_finish(self, record: TrialRecord) -> None:
+        """A trial ended (any status)."""
+
+
+class SearchLoop:
+    """Run ``max_trials`` trials of ``runner`` over ``space``, ``concurrency`` at a time.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        Classic or Connect; used for job groups and cancellation only.
+    space : CompiledSpace
+        The search space.
+    runner : callable
+        ``runner(number, params) -> TrialOutcome``.
+    metric, goal : str
+        The metric read from each outcome and ``"min"``/``"max"``.
+    max_trials, concurrency : int
+        Trials in all, and at once.
+    algo : {"tpe", "random"}
+        Hyperopt's suggestion algorithm.
+    seed : int
+        Seeds the algorithm (same seed, same sequence of suggestions for serial runs).
+    early_stop_trials : int, optional
+        Stop launching after this many finished trials in a row without improvement.
+    timeout_s : float, optional
+        Per-trial wall-clock limit; the trial's Spark jobs are cancelled past it.
+    listener : Listener, optional
+        Told about every start and finish.
+    prefix : str, optional
+        Job groups are ``<prefix>-trial-NNN``.
+    """
+
+    def __init__(self, spark, space: CompiledSpace, runner: Runner, *, metric: str, goal: str, max_trials: int,
+                 concurrency: int, algo: str = "tpe", seed: int = 0, early_stop_trials: Optional[int] = None,
+                 timeout_s: Optional[float] = None, listener: Optional[Listener] = None,
+                 prefix: Optional[str] = None) -> None:
+        from hyperopt import Domain, Trials, rand, tpe
+
+        self.spark = spark
+        self.space = space
+        self.runner = runner
+        self.metric, self.goal = metric, goal
+        self.max_trials, self.concurrency = max_trials, max(1, concurrency)
+        self.algo = tpe.suggest if algo == "tpe" else rand.suggest
+        self.rstate = np.random.default_rng(seed)
+        self.early_stop_trials, self.timeout_s = early_stop_trials, timeout_s
+        self.listener = listener or Listener()
+        self.domain = Domain(lambda _: 0.0, space.hyperopt)
+        self.trials = Trials()
+        self.prefix = prefix or f"tune-{uuid.uuid4().hex[:8]}"
+        self.records: List[TrialRecord] = []
+        self.best: Optional[Tuple[TrialRecord, Optional[TrialOutcome]]] = None
+        self.stopped_early = False
+        self._since_best = 0
+
+    # ---- Hyperopt ask / tell -------------------------------------------------------------------------------
+    def _ask(self) -> Optional[Tuple[int, Dict[str, Any]]]:
+        from hyperopt import JOB_STATE_RUNNING, space_eval
+        from hyperopt.utils import coarse_utcnow
+
+        new_ids = self.trials.new_trial_ids(1)
+        self.trials.refresh()
+        docs = self.algo(new_ids, self.domain, self.trials, int(self.rstate.integers(2 ** 31 - 1)))
+        if not docs:
+            return None
+        self.trials.insert_trial_docs(docs)
+        self.trials.refresh()
+        doc = self._doc(new_ids[0])
+        doc["state"] = JOB_STATE_RUNNING
+        doc["book_time"] = doc["refresh_time"] = coarse_utcnow()
+        point = {k: v[0] for k, v in doc["misc"]["vals"].items() if len(v)}
+        return doc["tid"], self.space.to_train_params(space_eval(self.space.hyperopt, point))
+
+    def _tell(self, tid: int, loss: Optional[float], error: Optional[str]) -> None:
+        from hyperopt import JOB_STATE_DONE, STATUS_FAIL, STATUS_OK
+        from hyperopt.utils import coarse_utcnow
+
+        doc = self._doc(tid)
+        doc["state"] = JOB_STATE_DONE  # failed trials stay visible to the algo, with status 'fail'
+        doc["result"] = ({"status": STATUS_OK, "loss": loss} if loss is not None
+                         else {"status": STATUS_FAIL, "error": error or "failed"})
+        doc["refresh_time"] = coarse_utcnow()
+        self.trials.refresh()
+
+    def _doc(self, tid: int) -> Dict[str, Any]:
+        return next(d for d in reversed(self.trials._dynamic_trials) if d["tid"] == tid)
+
+    # ---- the loop ------------------------------------------------------------------------------------------
+    def run(self) -> List[TrialRecord]:
+        """Run the search; returns every trial's record in launch order."""
+        from pyspark import inheritable_thread_target
+
+        running: Dict[Future, _Running] = {}
+        launched = 0
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sparktrain-trial") as pool:
+            while True:
+                while not self.stopped_early and launched < self.max_trials and len(running) < self.concurrency:
+                    asked = self._ask()
+                    if asked is None:  # the algo has nothing left to suggest
+                        self.max_trials = launched
+                        break
+                    launched += 1
+                    tid, params = asked
+                    trial = _Running(launched, tid, params, f"{self.prefix}-trial-{launched:03d}", time.time(),
+                                     None if self.timeout_s is None else time.monotonic() + self.timeout_s)
+                    target = inheritable_thread_target(self.spark)(self._run_one)
+                    running[pool.submit(target, trial)] = trial
+                    log.info("trial %d started: %s", launched, _short(params))
+                    self.listener.on_start(trial.number, params, trial.group, trial.started)
+                if not running:
+                    break
+                done, _ = wait(list(running), timeout=self._wait_s(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self._finish(running.pop(fut), fut)
+                self._enforce_deadlines(running)
+        self.records.sort(key=lambda r: r.number)
+        return self.records
+
+    def _run_one(self, trial: _Running) -> TrialOutcome:
+        with spark_compat.job_group(self.spark, trial.group, f"sparktrain tune: trial {trial.number}"):
+            return self.runner(trial.number, dict(trial.params))
+
+    def _wait_s(self, running: Dict[Future, _Running]) -> Optional[float]:
+        now = time.monotonic()
+        waits = [(t.cancelled_at + _RECANCEL_S if t.cancelled_at else t.deadline) - now
+                 for t in running.values() if t.deadline is not None]
+        return max(0.01, min(waits)) if waits else None
+
+    def _enforce_deadlines(self, running: Dict[Future, _Running]) -> None:
+        now = time.monotonic()
+        for trial in running.values():
+            if trial.deadline is None or now < trial.deadline:
+                continue
+            if trial.cancelled_at is None or now - trial.cancelled_at >= _RECANCEL_S:
+                if trial.cancelled_at is None:
+                    log.warning("trial %d exceeded tune.trial_timeout_s = %gs: cancelling Spark job group %s",
+                                trial.number, self.timeout_s, trial.group)
+                spark_compat.cancel_group(self.spark, trial.group)
+                trial.cancelled_at = now
+
+    def _finish(self, trial: _Running, fut: Future) -> None:
+        seconds = time.time() - trial.started
+        outcome: Optional[TrialOutcome] = None
+        status, metric, error, tb = FINISHED, None, None, None
+        try:
+            outcome = fut.result()
+        except Exception as exc:  # noqa: BLE001 - a failed trial is data, the search goes on
+            import traceback as _tb
+
+            error, tb = _first_line(exc), "".join(_tb.format_exception(exc))
+            status = FAILED
+        if trial.cancelled_at is not None and (outcome is None or outcome.error is not None):
+            status = KILLED
+            error = (f"timed out after {self.timeout_s:g} s (tune.trial_timeout_s); Spark job group "
+                     f"{trial.group} cancelled" + (f": {error}" if error else ""))
+        elif outcome is not None and outcome.error is not None:
+            status, error, tb = FAILED, outcome.error, outcome.traceback
+        elif outcome is not None:
+            metric, error = self._metric_of(outcome)
+            status = FINISHED if error is None else FAILED
+        record = TrialRecord(
+            number=trial.number, params=trial.params, status=status, metric=metric,
+            metrics={k: v for k, v in (outcome.metrics if outcome else {}).items() if v is not None},
+            error=error, seconds=seconds, objective_seconds=outcome.objective_seconds if outcome else None,
+            job_group=trial.group, history=tuple(outcome.history) if outcome else (), traceback=tb)
+        self.records.append(record)
+        self._tell(trial.tid, None if metric is None else (metric if self.goal == "min" else -metric), error)
+        self._update_best(record, outcome)
+        if status == FINISHED:
+            log.info("trial %d finished in %.1f s: %s = %.5g", trial.number, seconds, self.metric, metric)
+        else:
+            log.warning("trial %d %s after %.1f s: %s", trial.number, status.lower(), seconds, error)
+        self.listener.on_finish(record)
+
+    def _metric_of(self, outcome: TrialOutcome) -> Tuple[Optional[float], Optional[str]]:
+        if self.metric in outcome.metrics:
+            value = outcome.metrics[self.metric]
+            if value is None or not math.isfinite(value):
+                return None, f"{self.metric} is not a finite number ({value}); the model diverged"
+            return float(value), None
+        return None, (f"the trial reported no '{self.metric}' (tune.metric); it reported: "
+                      f"{', '.join(sorted(outcome.metrics)) or 'nothing'}")
+
+    def _update_best(self, record: TrialRecord, outcome: Optional[TrialOutcome]) -> None:
+        value, best = record.metric, (self.best[0].metric if self.best else None)
+        better = record.status == FINISHED and value is not None and (
+            best is None or (value < best if self.goal == "min" else value > best))
+        if better:
+            self.best = (record, outcome)  # only the best outcome (and its model) is kept
+            self._since_best = 0
+        else:
+            self._since_best += 1
+            if outcome is not None:
+                outcome.model = None
+        if (self.early_stop_trials is not None and not self.stopped_early
+                and self._since_best >= self.early_stop_trials):
+            self.stopped_early = True
+            log.info("early stop: no improvement of %s in the last %d trials", self.metric, self._since_best)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:1000]
+
+
+def _short(params: Dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))

@@ -1,0 +1,151 @@
+"""Driver side of a training trial: the two runners the search loop calls.
+
+* :class:`SingleTaskRunner` (``tune.mode: single``) builds a one-worker
+  :class:`~sparktrain.train._executor.spec.WorkerSpec` for the trial and runs
+  it as one tiny Spark job, ``spark.range(1, numPartitions=1).mapInArrow(...)``.
+  The data goes by path in the spec; nothing is broadcast.
+* :class:`DistributedRunner` (``tune.mode: distributed``) fits the estimator,
+  a barrier stage of ``train.num_workers`` tasks.
+
+Both run in a pool thread that is already inside the trial's Spark job group.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import Any, Callable, Dict, Optional
+
+from sparktrain.config import JobConfig, TrainConfig
+from sparktrain.errors import ConfigError
+from sparktrain.tune._loop import TrialOutcome
+from sparktrain.tune._trial import RESULT_SCHEMA, make_trial_task, train_single
+
+log = logging.getLogger(__name__)
+
+
+def run_task(spark, call: Callable[[], Any], metric: str = "loss") -> TrialOutcome:
+    """Run ``call()`` in one Spark task on an executor; its failure comes back as ``error``."""
+    t0 = time.perf_counter()
+    task = make_trial_task(call, metric)
+    rows = spark.range(0, 1, 1, numPartitions=1).mapInArrow(task, RESULT_SCHEMA).collect()
+    row = rows[0]
+    log.debug("trial task on %s (pid %s): %.3f s in the objective, %.3f s in all", row["host"], row["pid"],
+              row["seconds"], time.perf_counter() - t0)
+    metrics = json.loads(row["metrics"])
+    return TrialOutcome(metrics=metrics, history=json.loads(row["history"]),
+                        model=bytes(row["model"]) if row["model"] is not None else None,
+                        objective_seconds=row["seconds"], error=row["error"] if not row["ok"] else None,
+                        traceback=row["traceback"])
+
+
+class ObjectiveRunner:
+    """Runs a user objective ``objective(params) -> float | dict`` as a single-task trial."""
+
+    def __init__(self, spark, objective: Callable[[Dict[str, Any]], Any], metric: str) -> None:
+        self.spark, self.objective, self.metric = spark, objective, metric
+
+    def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
+        return run_task(self.spark, functools.partial(self.objective, params), self.metric)
+
+
+class _TrainingPlan:
+    """What every trial of one search shares: dataset paths, model inputs, the estimator's settings."""
+
+    def __init__(self, spark, cfg: JobConfig, dataset_path: str, prefix: str) -> None:
+        from sparktrain.train.evaluate import estimator_from_config
+        from sparktrain.train.inputs import infer_inputs
+
+        if cfg.train is None:
+            raise ConfigError("train", None, "tuning needs a train: section to start from")
+        train: TrainConfig = cfg.train
+        self.cfg, self.dataset_path, self.prefix = cfg, os.fspath(dataset_path), prefix
+        self.label = cfg.data.label
+        est = estimator_from_config(train, self.label)
+        self.train_path, self.val_path, meta = est._resolve_input(spark, self.dataset_path, prefix)
+        self.inputs = infer_inputs(self.train_path, self.label, task=train.task,
+                                   exclude=(meta or {}).get("exclude", [cfg.data.key]), meta=meta)
+        metric = cfg.tune.metric if cfg.tune else "val_loss"
+        if metric.startswith("val_") and self.val_path is None:
+            raise ConfigError("tune.metric", metric, f"the dataset at '{self.dataset_path}' has no validation "
+                                                     "split; materialize one (split.validation > 0) or tune on "
+                                                     "a train_ metric")
+
+    def estimator(self, params: Dict[str, Any], run_id: str, **train_changes: Any):
+        from sparktrain.train.evaluate import estimator_from_config
+
+        train = replace(self.cfg.train or TrainConfig(), **params, **train_changes)
+        return estimator_from_config(train, self.label, run_id=run_id)
+
+    def single_spec(self, params: Dict[str, Any], run_id: str):
+        """A ``world_size = 1`` WorkerSpec (DDP/Horovod are pointless for one worker)."""
+        est = self.estimator(params, run_id, num_workers=1, backend="auto")
+        spec = est._worker_spec(self.train_path, self.val_path, self.inputs, run_id)
+        return replace(spec, num_workers=1, progress_address=None)
+
+    def model(self, params: Dict[str, Any], run_id: str, model_bytes: bytes, history) -> Any:
+        """The fitted Model of a single-task trial, as ``fit`` would have returned it."""
+        est = self.estimator(params, run_id, num_workers=1, backend="auto")
+        model = est._model_cls(framework=est._framework, model_bytes=model_bytes, inputs=self.inputs,
+                               history=list(history), run_id=run_id)
+        est._copyValues(model)
+        model._set(numericCols=list(self.inputs.numeric), categoricalCols=[c for c, _ in self.inputs.categorical])
+        return model
+
+    def preflight(self, spark, num_workers: int) -> None:
+        from sparktrain.train import preflight
+
+        spec = self.single_spec({}, f"{self.prefix}-preflight")
+        preflight.run_all(spark, replace(spec, num_workers=num_workers))
+
+
+class SingleTaskRunner:
+    """``tune.mode: single``: each trial trains one worker inside one Spark task."""
+
+    def __init__(self, spark, plan: _TrainingPlan) -> None:
+        self.spark, self.plan = spark, plan
+
+    def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
+        run_id = f"{self.plan.prefix}-t{number:03d}"
+        outcome = run_task(self.spark, functools.partial(train_single, self.plan.single_spec(params, run_id)))
+        if outcome.error is None and outcome.model is not None:
+            outcome.model = _LazyModel(self.plan, params, run_id, outcome.model, outcome.history)
+        return outcome
+
+
+class DistributedRunner:
+    """``tune.mode: distributed``: each trial is a barrier-mode fit of ``train.num_workers`` workers."""
+
+    def __init__(self, spark, plan: _TrainingPlan) -> None:
+        self.spark, self.plan = spark, plan
+
+    def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
+        run_id = f"{self.plan.prefix}-t{number:03d}"
+        est = self.plan.estimator(params, run_id)
+        est.show_progress = False
+        t0 = time.perf_counter()
+        model = est.fit(self.plan.dataset_path)
+        history = list(model.history)
+        last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
+        return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0)
+
+
+class _LazyModel:
+    """Model bytes of a single-task trial; turned into a Model only for the best trial."""
+
+    def __init__(self, plan: _TrainingPlan, params: Dict[str, Any], run_id: str, model_bytes: bytes,
+                 history) -> None:
+        self.plan, self.params, self.run_id = plan, params, run_id
+        self.model_bytes, self.history = model_bytes, history
+
+    def build(self) -> Any:
+        return self.plan.model(self.params, self.run_id, self.model_bytes, self.history)
+
+
+def materialize_model(model: Optional[Any]) -> Any:
+    """The best trial's Model (builds it from bytes for single-task trials)."""
+    return model.build() if isinstance(model, _LazyModel) else model

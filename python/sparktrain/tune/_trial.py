@@ -1,0 +1,118 @@
+"""Executor side of a single-task trial (``tune.mode: single``).
+
+A trial is one Spark task: ``spark.range(1, numPartitions=1).mapInArrow(task, RESULT_SCHEMA)``.
+The task calls a zero-argument callable built on the driver, either
+``functools.partial(train_single, spec)`` (train a one-worker model from the
+materialized Parquet, by path) or ``functools.partial(user_objective, params)``.
+
+Failures of the objective are *returned* as a row (``ok = false`` with the
+message and traceback), not raised: Spark would otherwise retry the task
+``spark.task.maxFailures`` times on a cluster.  Only a crashed or killed task
+(e.g. a trial timeout cancelling the job group) reaches the driver as a Spark
+error.
+
+This module imports nothing from the driver side (no Hyperopt, MLflow or
+``sparktrain`` driver modules), so a reused Python worker pays for it once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+import traceback
+from typing import Any, Callable, Dict, Iterator
+
+from sparktrain.train._executor.spec import WorkerSpec
+
+RESULT_SCHEMA = ("ok BOOLEAN, metrics STRING, history STRING, model BINARY, error STRING, traceback STRING, "
+                 "seconds DOUBLE, host STRING, pid INT")
+
+
+def make_trial_task(call: Callable[[], Any], metric: str = "loss") -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of one trial; it captures ``call`` and the metric name only.
+
+    A bare number returned by ``call`` is reported as ``metric``.
+    """
+
+    def trial_task(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for _ in batches:  # one placeholder row
+            pass
+        t0 = time.perf_counter()
+        row: Dict[str, Any] = {"ok": True, "metrics": "{}", "history": "[]", "model": None, "error": None,
+                               "traceback": None, "host": socket.gethostname(), "pid": os.getpid()}
+        try:
+            out = normalize(call(), metric)
+            row.update(metrics=json.dumps(out["metrics"]), history=json.dumps(out["history"]),
+                       model=out["model_bytes"])
+        except Exception as exc:  # noqa: BLE001 - returned to the driver as data
+            row.update(ok=False, error=f"{type(exc).__name__}: {exc}",
+                       traceback=getattr(exc, "remote_traceback", None) or traceback.format_exc())
+        row["seconds"] = time.perf_counter() - t0
+        yield pa.RecordBatch.from_pylist([row], schema=_arrow_schema())
+
+    return trial_task
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([("ok", pa.bool_()), ("metrics", pa.string()), ("history", pa.string()),
+                      ("model", pa.binary()), ("error", pa.string()), ("traceback", pa.string()),
+                      ("seconds", pa.float64()), ("host", pa.string()), ("pid", pa.int32())])
+
+
+def normalize(out: Any, metric: str = "loss") -> Dict[str, Any]:
+    """An objective's return value as ``{"metrics", "history", "model_bytes"}``.
+
+    A number is the searched metric (``{metric: x}``); a dict without
+    ``metric`` but with ``loss`` reports its ``loss`` as ``metric``.  A dict gives its numeric entries
+    as metrics; the keys ``history`` (list of per-epoch dicts) and
+    ``model_bytes`` are passed through.
+    """
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        out = {metric: out}
+    elif not isinstance(out, dict):
+        raise TypeError(f"the objective returned {type(out).__name__}; return a number (the loss) or a dict "
+                        "of metrics, e.g. {'loss': 0.3}")
+    metrics = {str(k): float(v) for k, v in out.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if metric not in metrics and "loss" in metrics:
+        metrics[metric] = metrics["loss"]
+    return {"metrics": {k: (v if math.isfinite(v) else None) for k, v in metrics.items()},
+            "history": list(out.get("history") or []), "model_bytes": out.get("model_bytes")}
+
+
+def train_single(spec: WorkerSpec) -> Dict[str, Any]:
+    """Train one model with ``world_size = 1`` (no barrier, no rendezvous) and report its last epoch.
+
+    Returns
+    -------
+    dict
+        The last epoch's metrics, plus ``history`` and ``model_bytes``.
+    """
+    from sparktrain.train._executor.checkpoint import Checkpointer
+    from sparktrain.train._executor.context import WorkerContext
+    from sparktrain.train._executor.rendezvous import executor_host, free_port
+    from sparktrain.train._executor.reporter import Reporter
+
+    os.environ.update(spec.env)
+    host = executor_host(None)
+    aux = free_port(host) if spec.framework == "keras" else 0
+    ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux, attempt=0,
+                        checkpointer=Checkpointer(spec.store, spec.run_id), reporter=Reporter(None, 0, host))
+    if spec.framework == "torch":
+        from sparktrain.train._executor import torch_worker
+
+        result = torch_worker.train(spec, ctx)
+    else:
+        from sparktrain.train._executor import keras_launch
+
+        result = keras_launch.train_in_subprocess(spec, ctx, [{"host": host, "port": None, "aux": aux}])
+    history = result.get("history", [])
+    last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
+    return {**last, "history": history, "model_bytes": result.get("model_bytes")}

@@ -1,0 +1,154 @@
+"""What a search returns: one :class:`TrialRecord` per trial, and the best one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+#: Trial statuses, named as MLflow names run statuses.
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+
+_MAXIMIZE_HINTS = ("auc", "accuracy", "acc", "f1", "precision", "recall", "r2")
+
+
+def goal_of(metric: str) -> str:
+    """``"max"`` for score-like metrics (``val_auc``, ``val_accuracy``...), ``"min"`` for losses/errors."""
+    leaf = metric.lower().rsplit("_", 1)[-1] if "_" in metric else metric.lower()
+    return "max" if leaf in _MAXIMIZE_HINTS or metric.lower() in _MAXIMIZE_HINTS else "min"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial.
+
+    Attributes
+    ----------
+    number : int
+        1-based, in the order trials were launched.
+    params : dict
+        The ``train.*`` values the trial used.
+    status : str
+        ``FINISHED``, ``FAILED`` (the objective raised) or ``KILLED`` (timed out and cancelled).
+    metric : float or None
+        The searched metric (``tune.metric``) of the trial's final epoch.
+    metrics : dict
+        Every final metric the trial reported.
+    error : str or None
+        The failure's message (first line: exception type and message).
+    seconds : float
+        Wall time from launch to result on the driver.
+    objective_seconds : float or None
+        Time spent inside the objective on the executor.
+    job_group : str
+        The Spark job group of the trial's jobs (cancelled on timeout).
+    run_id : str or None
+        The MLflow child run.
+    """
+
+    number: int
+    params: Dict[str, Any]
+    status: str
+    metric: Optional[float] = None
+    metrics: Dict[str, float] = field(default_factory=dict)
+    error: Optional[str] = None
+    seconds: float = 0.0
+    objective_seconds: Optional[float] = None
+    job_group: str = ""
+    run_id: Optional[str] = None
+    history: Tuple[Dict[str, float], ...] = ()
+    traceback: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The outcome of :func:`sparktrain.tune.search.run_search`.
+
+    Attributes
+    ----------
+    trials : tuple of TrialRecord
+        Every trial, in launch order (failed and killed ones included).
+    best_params : dict
+        ``train.*`` values of the best trial.
+    best_metric : float
+        Its ``metric``.
+    best_number : int
+        Its trial number.
+    best_model : object or None
+        The fitted model of the best trial (a ``TorchModel``/``KerasModel``
+        when training; ``None`` for a custom objective that returns no model).
+    test_metrics : dict
+        The best model's metrics on the dataset's ``test`` split (``test_auc``...), when it has one.
+    metric, goal : str
+        The searched metric and ``"min"``/``"max"``.
+    mode : str
+        ``single``, ``distributed`` or ``objective`` (a custom objective).
+    concurrency : int
+        Trials that ran at once.
+    stopped_early : bool
+        Whether ``tune.early_stop_trials`` ended the search.
+    parent_run_id : str or None
+        MLflow run holding the trials as child runs.
+    model_version : str or None
+        Registered model version of the best trial (alias ``champion``).
+    """
+
+    trials: Tuple[TrialRecord, ...]
+    best_params: Dict[str, Any]
+    best_metric: float
+    best_number: int = 0
+    best_model: Any = None
+    test_metrics: Dict[str, float] = field(default_factory=dict)
+    metric: str = "val_loss"
+    goal: str = "min"
+    mode: str = "single"
+    concurrency: int = 1
+    stopped_early: bool = False
+    seconds: float = 0.0
+    parent_run_id: Optional[str] = None
+    model_version: Optional[str] = None
+
+    @property
+    def best_trial(self) -> TrialRecord:
+        return next(t for t in self.trials if t.number == self.best_number)
+
+    def table(self) -> List[Dict[str, Any]]:
+        """Rows of plain values (``pandas.DataFrame(result.table())`` for a frame)."""
+        return [{"trial": t.number, "status": t.status, self.metric: t.metric, "seconds": round(t.seconds, 3),
+                 **{f"param.{k}": v for k, v in t.params.items()}, "error": t.error, "run_id": t.run_id}
+                for t in self.trials]
+
+
+def format_trials(result: SearchResult, max_error: int = 60) -> str:
+    """A plain-text table of the trials, best marked with ``*``."""
+    keys = sorted({k for t in result.trials for k in t.params})
+    best = result.best_number
+    header = ["", "trial", "status", result.metric, "seconds", *keys, "error"]
+    rows = []
+    for t in result.trials:
+        metric = "-" if t.metric is None else f"{t.metric:.5g}"
+        params = [_fmt(t.params.get(k, "")) for k in keys]
+        error = (t.error or "").splitlines()[0][:max_error] if t.error else ""
+        rows.append(["*" if t.number == best else "", str(t.number), t.status, metric, f"{t.seconds:.1f}",
+                     *params, error])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    done = sum(t.status == FINISHED for t in result.trials)
+    summary = (f"{len(result.trials)} trials ({done} finished), mode {result.mode}, {result.concurrency} at a "
+               f"time, {result.seconds:.1f} s; best {result.metric} = {result.best_metric:.5g} "
+               f"({result.goal}imize) at trial {best}")
+    if result.stopped_early:
+        summary += "; stopped early (no improvement)"
+    if result.test_metrics:
+        summary += "; best model on test: " + ", ".join(f"{k} = {v:.4f}" for k, v in result.test_metrics.items())
+    if result.model_version:
+        summary += f"; registered as version {result.model_version} (alias champion)"
+    return "\n".join([*lines, summary])
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, tuple):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)

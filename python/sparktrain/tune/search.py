@@ -1,0 +1,221 @@
+"""Hyperparameter search on Spark: :func:`run_search` and the job's ``tune`` stage.
+
+``tune.mode: single`` runs each trial as one Spark task training a one-worker
+model from the materialized Parquet (by path), ``tune.parallelism`` trials at
+a time, each its own small Spark job in its own job group.  ``tune.mode:
+distributed`` runs each trial as a barrier-mode fit of ``train.num_workers``
+workers, as many trials at once as the slots allow.  Both feed Hyperopt
+(TPE or random) result by result, stop early after ``tune.early_stop_trials``
+trials without improvement, cancel a trial's Spark jobs past
+``tune.trial_timeout_s``, log each trial as an MLflow child run and register
+the best model with the alias ``champion``.
+
+Examples
+--------
+>>> from sparktrain.config import load_config                        # doctest: +SKIP
+>>> cfg = load_config("conf/flights.yaml")                           # doctest: +SKIP
+>>> result = run_search(spark, cfg, cfg.output.path)                 # doctest: +SKIP
+>>> print(format_trials(result))                                     # doctest: +SKIP
+>>> result.best_params, result.best_model                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import replace
+from typing import Any, Callable, Dict, Optional
+
+from sparktrain._internal import spark_compat
+from sparktrain.config import JobConfig, TuneConfig
+from sparktrain.errors import ConfigError, PreflightError, TuneError
+from sparktrain.tune._loop import Listener, SearchLoop
+from sparktrain.tune.result import FINISHED, SearchResult, TrialRecord, format_trials, goal_of
+from sparktrain.tune.space import compile_space, describe
+
+log = logging.getLogger(__name__)
+
+Objective = Callable[[Dict[str, Any]], Any]
+
+
+def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id: Optional[str] = None,
+               tracking_uri: Optional[str] = None, objective: Optional[Objective] = None,
+               register: Optional[bool] = None) -> SearchResult:
+    """Search ``cfg.tune.space`` by training on the materialized dataset at ``dataset_path``.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        Classic or Spark Connect.
+    cfg : JobConfig
+        Needs ``train:`` (the starting point) and ``tune:`` sections.
+    dataset_path : str
+        A materialized dataset (``train/`` and ``validation/`` Parquet splits).
+        Unused with ``objective``.
+    parent_run_id : str, optional
+        The job's MLflow run; trials become its child runs.  Without it (and
+        with tracking enabled) a parent run is created in ``tracking.experiment``.
+    tracking_uri : str, optional
+        MLflow tracking URI; defaults to ``tracking.uri`` when ``tracking.enabled``.
+        With neither, nothing is logged.
+    objective : callable, optional
+        Instead of training, run ``objective(params) -> float | dict`` in one
+        Spark task per trial (single-task mode; ``params`` are the sampled
+        ``train.*`` values).  A number is the loss; a dict must hold
+        ``tune.metric`` or ``loss``.  It must be picklable and should import
+        heavy modules inside the function.
+    register : bool, optional
+        Register the best model (default: ``tracking.register``).
+
+    Returns
+    -------
+    SearchResult
+        Every trial (failed and killed ones too), the best params, metric and model.
+
+    Raises
+    ------
+    TuneError
+        When every trial failed (with the first failure's message).
+    ConfigError, PreflightError
+        Before any trial runs, for a bad space, metric or cluster.
+    """
+    if cfg.tune is None:
+        raise ConfigError("tune", None, "add a tune: section with at least a space:, e.g. "
+                                        "{space: {learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}}")
+    tune: TuneConfig = cfg.tune
+    space = compile_space(tune.space)
+    goal = goal_of(tune.metric)
+    prefix = f"tune-{uuid.uuid4().hex[:8]}"
+    mode = "objective" if objective is not None else tune.mode
+    tracker = None
+    if tracking_uri or cfg.tracking.enabled:  # the tracking preflight comes first: fail before any compute
+        from sparktrain.tune._tracking import TrialTracker
+
+        tracker = TrialTracker(cfg, tracking_uri=tracking_uri, parent_run_id=parent_run_id)
+    t0 = time.perf_counter()
+    failed = True
+    try:
+        runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
+        log.info("tuning %s over %s: %d trials, mode %s, %d at a time, algo %s (%simize %s)", cfg.name,
+                 describe(space), tune.max_trials, mode, concurrency, tune.algo, goal, tune.metric)
+        loop = SearchLoop(spark, space, runner, metric=tune.metric, goal=goal, max_trials=tune.max_trials,
+                          concurrency=concurrency, algo=tune.algo, seed=(cfg.train.seed if cfg.train else 0),
+                          early_stop_trials=tune.early_stop_trials, timeout_s=tune.trial_timeout_s,
+                          listener=tracker or Listener(), prefix=prefix)
+        records = _with_run_ids(loop.run(), tracker)
+        if loop.best is None:
+            raise TuneError(_all_failed_message(records))
+        best_record, best_outcome = loop.best
+        best_record = next(r for r in records if r.number == best_record.number)  # with its run id
+        from sparktrain.tune._training import materialize_model
+
+        model = materialize_model(best_outcome.model if best_outcome else None)
+        test = _test_metrics(spark, model, dataset_path)
+        result = SearchResult(
+            trials=tuple(records), best_params=dict(best_record.params), best_metric=float(best_record.metric),
+            best_number=best_record.number, best_model=model, test_metrics=test, metric=tune.metric, goal=goal,
+            mode=mode, concurrency=concurrency, stopped_early=loop.stopped_early,
+            seconds=time.perf_counter() - t0, parent_run_id=tracker.parent_run_id if tracker else None)
+        if tracker is not None:
+            settings = {"mode": mode, "max_trials": tune.max_trials, "parallelism": concurrency,
+                        "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
+                        "trial_timeout_s": tune.trial_timeout_s}
+            tracker.log_summary(records, tune.metric, goal, settings, best_run_id=best_record.run_id, test=test)
+            if (model is not None and dataset_path is not None and best_record.run_id
+                    and (cfg.tracking.register if register is None else register)):
+                from sparktrain.tune._tracking import register_best
+
+                version = register_best(tracker, cfg, model, dataset_path, best_record.run_id,
+                                        {**best_record.metrics, **test})
+                result = replace(result, model_version=version)
+        failed = False
+        return result
+    finally:
+        if tracker is not None:
+            tracker.close(failed=failed)
+
+
+def tune_stage(spark, cfg: JobConfig, dataset_path: str, parent_run_id: Optional[str] = None,
+               tracking_uri: Optional[str] = None) -> SearchResult:
+    """The job's ``tune`` stage: :func:`run_search`, then the trials table in the log.
+
+    ``sparktrain tune CONFIG`` (``job.run_job(cfg, stages=['tune'])``) calls this
+    with the materialized dataset (``cfg.output.path`` or the preprocess
+    stage's output) and the job's MLflow parent run, if any.
+    """
+    result = run_search(spark, cfg, dataset_path, parent_run_id=parent_run_id, tracking_uri=tracking_uri)
+    log.info("search finished:\n%s", format_trials(result))
+    return result
+
+
+def _make_runner(spark, cfg: JobConfig, dataset_path: Optional[str], objective: Optional[Objective], prefix: str):
+    """``(runner, concurrency)`` for the configured mode, after the driver preflight."""
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # run_search checked it
+    slots = max(1, spark_compat.max_concurrent_tasks(spark))
+    _check_worker_reuse(spark)
+    if objective is not None:
+        from sparktrain.tune._training import ObjectiveRunner
+
+        return ObjectiveRunner(spark, objective, tune.metric), _capped(tune.parallelism, slots, 1)
+    if dataset_path is None:
+        raise ConfigError("output.path", None, "tuning trains on a materialized dataset; run `sparktrain "
+                                               "preprocess CONFIG` first or pass dataset_path")
+    from sparktrain.tune._training import DistributedRunner, SingleTaskRunner, _TrainingPlan
+
+    plan = _TrainingPlan(spark, cfg, dataset_path, prefix)
+    if tune.mode == "single":
+        plan.preflight(spark, 1)
+        return SingleTaskRunner(spark, plan), _capped(tune.parallelism, slots, 1)
+    workers = cfg.train.num_workers  # type: ignore[union-attr]  # _TrainingPlan checked it
+    plan.preflight(spark, workers)  # slots >= num_workers, no dynamic allocation, framework, dataset
+    if slots < workers:  # pragma: no cover - preflight raised already
+        raise PreflightError(f"{workers} workers per trial need {workers} slots; the cluster has {slots}")
+    return DistributedRunner(spark, plan), _capped(tune.parallelism, slots, workers)
+
+
+def _capped(parallelism: int, slots: int, per_trial: int) -> int:
+    fit = max(1, slots // per_trial)
+    if parallelism > fit:
+        log.warning("tune.parallelism = %d, but %d slots fit only %d trial(s) of %d task(s) at once; running %d "
+                    "at a time", parallelism, slots, fit, per_trial, fit)
+    return min(parallelism, fit)
+
+
+def _check_worker_reuse(spark) -> None:
+    value = (spark_compat.conf_get(spark, "spark.python.worker.reuse", "true") or "true").lower()
+    if value != "true":
+        log.warning("spark.python.worker.reuse = %s: every trial starts a fresh Python worker and re-imports "
+                    "its framework (seconds per trial); set it to true", value)
+
+
+def _test_metrics(spark, model: Any, dataset_path: Optional[str]) -> Dict[str, float]:
+    """The best model's metrics on the dataset's test split (as the train stage reports them), if there is one."""
+    import os
+
+    if model is None or dataset_path is None or not os.path.isdir(os.path.join(dataset_path, "test")):
+        return {}
+    from sparktrain.train.evaluate import evaluate_model
+
+    return evaluate_model(model, spark.read.parquet(os.path.join(dataset_path, "test"))).metrics
+
+
+def _with_run_ids(records, tracker) -> list:
+    if tracker is None:
+        return list(records)
+    ids = tracker.run_ids()
+    return [replace(r, run_id=ids.get(r.number)) for r in records]
+
+
+def _all_failed_message(records) -> str:
+    if not records:
+        return "the search ran no trials (max_trials = 0?)"
+    first = min(records, key=lambda r: r.number)
+    statuses = ", ".join(f"{s.lower()}: {sum(r.status == s for r in records)}"
+                         for s in sorted({r.status for r in records}))
+    return (f"every trial failed ({len(records)} trials; {statuses}). First failure (trial {first.number}, "
+            f"{first.status}): {first.error}" + (f"\n--- its traceback ---\n{first.traceback.rstrip()}"
+                                                  if first.traceback else ""))
+
+
+__all__ = ["run_search", "tune_stage", "format_trials", "SearchResult", "TrialRecord", "FINISHED"]

@@ -1,0 +1,268 @@
+"""Hyperopt search on real Spark (local[2]), real torch, real MLflow (sqlite under tmp)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import pytest
+
+from sparktrain.config import parse_config
+from sparktrain.errors import TuneError
+from sparktrain.tune.result import FAILED, FINISHED, KILLED
+from sparktrain.tune.search import format_trials, run_search
+
+
+@pytest.fixture(scope="module")
+def dataset(spark, tmp_path_factory):
+    """20,000 rows: 2 float columns, 1 int categorical, a boolean label; train/validation/test splits."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    root = tmp_path_factory.mktemp("tune_ds") / "ds"
+    df = spark.range(20_000).select(
+        "id",
+        (F.rand(3) * 2 - 1).cast("float").alias("x1"),
+        (F.rand(4) * 2 - 1).cast("float").alias("x2"),
+        (F.col("id") % 5).cast("int").alias("c1"))
+    df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2") + (F.col("c1") == 2).cast("float") * 0.8
+                                 + (F.rand(5) - 0.5) * 0.4) > 0.1).cache()
+    write_parquet(df.where("id % 5 > 1").drop("id").coalesce(1), str(root / "train"))
+    write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), str(root / "validation"))
+    write_parquet(df.where("id % 5 = 1").drop("id").coalesce(1), str(root / "test"))
+    df.unpersist()
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def tune_tracking_uri(tmp_path_factory):
+    """One sqlite store for the module (its schema migration costs seconds)."""
+    return "sqlite:///" + str(tmp_path_factory.mktemp("mlflow") / "mlflow.db")
+
+
+def _cfg(tmp_path, tune: dict, train: dict | None = None, experiment: str = "tune-tests", tracking: bool = False):
+    return parse_config({
+        "name": "tune-test",
+        "data": {"label": "label", "key": "id"},
+        "train": {"epochs": 1, "batch_size": 512, "num_workers": 1, "store": str(tmp_path / "store"), "seed": 7,
+                  **(train or {})},
+        "tune": tune,
+        "tracking": {"enabled": tracking, "experiment": experiment, "model_name": f"{experiment}-model",
+                     "artifact_location": str(tmp_path / "artifacts")},
+    })
+
+
+def _child_runs(client, parent_run_id):
+    exp = client.get_run(parent_run_id).info.experiment_id
+    return client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=100)
+
+
+def _network_spec(model):
+    """The ModelSpec a trained torch network was built with (hidden_units, dropout, ...)."""
+    import io
+
+    import torch
+
+    return torch.load(io.BytesIO(model.model_bytes), weights_only=False)["model"]
+
+
+def _group_jobs(spark, group):
+    tracker = spark.sparkContext.statusTracker()
+    return [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+
+
+@pytest.mark.torch
+def test_single_mode_parallel_trials_register_best_and_log_run_tree(spark, dataset, tmp_path, tune_tracking_uri):
+    from mlflow import MlflowClient
+
+    from sparktrain.train.model import TorchModel
+
+    cfg = _cfg(tmp_path, experiment="single-mode", tracking=True, tune={
+        "mode": "single", "max_trials": 4, "parallelism": 2, "algo": "tpe",
+        "space": {"learning_rate": {"loguniform": [3.0e-3, 3.0e-2]},
+                  "hidden_units": {"choice": [[16], [32, 16]]},
+                  "batch_size": {"choice": [256, 512]}}})
+    result = run_search(spark, cfg, dataset, tracking_uri=tune_tracking_uri)
+
+    assert [t.number for t in result.trials] == [1, 2, 3, 4]
+    assert all(t.status == FINISHED for t in result.trials), format_trials(result)
+    assert result.mode == "single" and result.concurrency == 2
+    for t in result.trials:
+        assert 3e-3 <= t.params["learning_rate"] <= 3e-2
+        assert t.params["hidden_units"] in {(16,), (32, 16)} and t.params["batch_size"] in {256, 512}
+        assert t.metric == t.metrics["val_loss"] == t.history[-1]["val_loss"] and len(t.history) == 1
+        assert 0 < t.metric < math.log(2)  # better than a constant guess on a learnable label
+        assert 0.5 < t.metrics["val_auc"] <= 1.0
+        assert t.objective_seconds is not None and t.objective_seconds < t.seconds
+        assert any(j.status == "SUCCEEDED" for j in _group_jobs(spark, t.job_group))
+    best = min(result.trials, key=lambda t: t.metric)
+    assert (result.best_number, result.best_metric, result.best_params) == (best.number, best.metric, best.params)
+
+    model = result.best_model
+    assert isinstance(model, TorchModel)
+    assert model.run_id.endswith(f"-t{best.number:03d}")
+    assert _network_spec(model)["hidden_units"] == list(best.params["hidden_units"])
+    assert model.history[-1]["val_loss"] == pytest.approx(best.metric)
+    scored = model.transform(spark.read.parquet(os.path.join(dataset, "validation")))
+    accuracy = scored.selectExpr("avg(cast((prediction = 1.0) = label as double))").first()[0]
+    assert accuracy > 0.7
+
+    client = MlflowClient(tune_tracking_uri)
+    children = {r.data.tags["sparktrain.trial"]: r for r in _child_runs(client, result.parent_run_id)}
+    assert sorted(children) == ["1", "2", "3", "4"]
+    for t in result.trials:
+        run = children[str(t.number)]
+        assert run.info.run_id == t.run_id and run.info.status == "FINISHED"
+        assert run.data.params["learning_rate"] == str(t.params["learning_rate"])
+        assert run.data.metrics["val_loss"] == pytest.approx(t.metric)
+    # trials really overlapped: 2 at a time
+    spans = sorted((r.info.start_time, r.info.end_time) for r in children.values())
+    assert any(b_start < a_end for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+    parent = client.get_run(result.parent_run_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.metrics["best_val_loss"] == pytest.approx(result.best_metric)
+    assert parent.data.metrics["tune_trials"] == 4
+    assert "tune/loss_vs_trial.png" in [f.path for f in client.list_artifacts(result.parent_run_id, "tune")]
+    assert 0.9 < result.test_metrics["test_auc"] <= 1.0  # the best model, scored on the test split
+    assert client.get_run(best.run_id).data.metrics["test_auc"] == pytest.approx(result.test_metrics["test_auc"])
+    assert client.get_run(best.run_id).data.tags["sparktrain.best"] == "true"
+    champion = client.get_model_version_by_alias("single-mode-model", "champion")
+    assert champion.run_id == best.run_id and str(champion.version) == result.model_version
+    assert champion.tags["sparktrain.score_metric"] == "test_auc"
+    assert "model" in [f.path for f in client.list_artifacts(best.run_id)]  # TorchModel.load-able (no features.json)
+    table = format_trials(result)
+    assert table.splitlines()[0].split()[:4] == ["trial", "status", "val_loss", "seconds"]
+    assert f"*  {best.number}" in table
+
+
+@pytest.mark.torch
+def test_distributed_mode_two_workers_per_trial(spark, dataset, tmp_path):
+    from sparktrain.train.model import TorchModel
+
+    cfg = _cfg(tmp_path, train={"num_workers": 2}, tune={
+        "mode": "distributed", "max_trials": 3, "parallelism": 2, "algo": "random",
+        "space": {"learning_rate": {"loguniform": [3.0e-3, 3.0e-2]}, "dropout": {"uniform": [0.0, 0.3]}}})
+    result = run_search(spark, cfg, dataset)
+    assert all(t.status == FINISHED for t in result.trials), format_trials(result)
+    assert len(result.trials) == 3
+    assert result.concurrency == 1  # local[2] has 2 slots: one 2-worker trial at a time
+    groups = {t.job_group for t in result.trials}
+    assert len(groups) == 3
+    for t in result.trials:
+        jobs = _group_jobs(spark, t.job_group)
+        assert jobs and all(j.status == "SUCCEEDED" for j in jobs)
+        assert len({s for j in jobs for s in j.stageIds}) >= 1
+        assert 0 < t.metric < math.log(2)
+    assert isinstance(result.best_model, TorchModel)
+    assert _network_spec(result.best_model)["dropout"] == pytest.approx(result.best_params["dropout"])
+    assert result.best_model.history[-1]["val_loss"] == pytest.approx(result.best_metric)
+    assert result.parent_run_id is None  # tracking disabled: nothing logged
+
+
+def test_failed_trials_are_recorded_and_the_search_goes_on(spark, tmp_path, tune_tracking_uri):
+    from mlflow import MlflowClient
+
+    def objective(params):
+        if params["batch_size"] == 512:
+            raise ValueError(f"bad batch size {params['batch_size']}")
+        return params["learning_rate"]
+
+    cfg = _cfg(tmp_path, experiment="failures", tracking=True, tune={
+        "max_trials": 6, "parallelism": 2, "algo": "random",
+        "space": {"batch_size": {"choice": [256, 512]}, "learning_rate": {"uniform": [0.1, 0.9]}}})
+    result = run_search(spark, cfg, None, tracking_uri=tune_tracking_uri, objective=objective)
+    failed = [t for t in result.trials if t.status == FAILED]
+    ok = [t for t in result.trials if t.status == FINISHED]
+    assert len(result.trials) == 6 and failed and ok, format_trials(result)
+    assert all(t.params["batch_size"] == 512 for t in failed) and all(t.params["batch_size"] == 256 for t in ok)
+    for t in failed:
+        assert t.error == "ValueError: bad batch size 512" and t.metric is None
+        assert "raise ValueError" in t.traceback
+    assert max(t.number for t in ok) > min(t.number for t in failed)  # trials ran after a failure
+    assert result.best_metric == min(t.params["learning_rate"] for t in ok)
+    assert result.best_model is None and result.model_version is None  # a bare objective has no model
+
+    client = MlflowClient(tune_tracking_uri)
+    runs = {r.info.run_id: r for r in _child_runs(client, result.parent_run_id)}
+    for t in result.trials:
+        run = runs[t.run_id]
+        assert run.info.status == t.status
+        if t.status == FAILED:
+            assert run.data.tags["sparktrain.error"] == t.error
+            assert "error.txt" in [f.path for f in client.list_artifacts(t.run_id)]
+        else:
+            assert run.data.metrics["val_loss"] == pytest.approx(t.metric)
+
+
+def test_every_trial_failing_raises_with_the_first_failure(spark, tmp_path):
+    def objective(params):
+        raise RuntimeError(f"cannot train with batch {params['batch_size']}")
+
+    cfg = _cfg(tmp_path, tune={"max_trials": 3, "parallelism": 2, "space": {"batch_size": {"choice": [256]}}})
+    with pytest.raises(TuneError) as info:
+        run_search(spark, cfg, None, objective=objective)
+    text = str(info.value)
+    assert "every trial failed (3 trials; failed: 3)" in text
+    assert "First failure (trial 1, FAILED): RuntimeError: cannot train with batch 256" in text
+
+
+def test_trial_timeout_cancels_its_spark_job_and_the_search_goes_on(spark, tmp_path, tune_tracking_uri):
+    from mlflow import MlflowClient
+
+    beats = tmp_path / "beats"
+    beats.mkdir()
+
+    def objective(params):
+        import time as _time
+
+        if params["batch_size"] == 1024:  # the slow kind: a heartbeat file grows until the task is killed
+            path = os.path.join(str(beats), f"{params['learning_rate']:.6f}")
+            for _ in range(200):
+                with open(path, "a") as fh:
+                    fh.write(".")
+                _time.sleep(0.1)
+        return params["learning_rate"]
+
+    cfg = _cfg(tmp_path, experiment="timeouts", tracking=True, tune={
+        "max_trials": 5, "parallelism": 2, "algo": "random", "trial_timeout_s": 4,
+        "space": {"batch_size": {"choice": [256, 1024]}, "learning_rate": {"uniform": [0.1, 0.9]}}})
+    t0 = time.monotonic()
+    result = run_search(spark, cfg, None, tracking_uri=tune_tracking_uri, objective=objective)
+    killed = [t for t in result.trials if t.status == KILLED]
+    ok = [t for t in result.trials if t.status == FINISHED]
+    assert killed and ok, format_trials(result)
+    assert all(t.params["batch_size"] == 1024 for t in killed) and all(t.params["batch_size"] == 256 for t in ok)
+    assert max(t.number for t in ok) > min(t.number for t in killed)  # the search went on
+    assert time.monotonic() - t0 < 20 * len(killed)  # nobody waited for the 20 s objective
+    for t in killed:
+        assert "timed out after 4 s" in t.error and "cancelled" in t.error
+        assert 4 <= t.seconds < 12
+        jobs = _group_jobs(spark, t.job_group)
+        assert jobs and all(j.status == "FAILED" for j in jobs)  # a cancelled job ends FAILED
+        assert not {j.jobId for j in jobs} & set(spark.sparkContext.statusTracker().getActiveJobsIds())
+    # the Python task itself stopped (Spark kills a cancelled task's worker within
+    # spark.python.task.killTimeout = 2 s): no heartbeat grows any more
+    time.sleep(3.0)
+    sizes = {p: os.path.getsize(beats / p) for p in os.listdir(beats)}
+    assert len(sizes) == len(killed) and all(0 < n < 200 for n in sizes.values())
+    time.sleep(1.0)
+    assert {p: os.path.getsize(beats / p) for p in os.listdir(beats)} == sizes
+    children = _child_runs(MlflowClient(tune_tracking_uri), result.parent_run_id)
+    statuses = {r.info.run_id: r.info.status for r in children}
+    assert all(statuses[t.run_id] == t.status for t in result.trials)
+
+
+def test_early_stopping_after_k_trials_without_improvement(spark, tmp_path):
+    def objective(params):
+        return 1.0  # never improves on the first result
+
+    cfg = _cfg(tmp_path, tune={"max_trials": 20, "parallelism": 2, "early_stop_trials": 2,
+                               "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    result = run_search(spark, cfg, None, objective=objective)
+    assert result.stopped_early
+    # the first result is the best; 2 more finish without improving; at most one more was already running
+    assert 3 <= len(result.trials) <= 4
+    assert all(t.status == FINISHED for t in result.trials)
+    assert "stopped early" in format_trials(result)
