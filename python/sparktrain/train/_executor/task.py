@@ -59,11 +59,23 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
             root = dict(root, message=f"{root['message']} (gave up after {attempt} attempt(s))")
             raise RuntimeError(f"{ERROR_MARKER}{json.dumps(root)}{ERROR_MARKER}")
         listen = bind_free_port(host) if rank == 0 else None
+        hvd_server = None
         try:
-            msg = json.dumps({"host": host, "port": listen.getsockname()[1] if listen else None,
-                              "aux": free_port(host)})
+            aux = free_port(host)
+            if spec.backend == "horovod" and rank == 0:
+                from sparktrain.train._executor import horovod_rdzv
+                hvd_server, aux = horovod_rdzv.start_server()
+            msg = json.dumps({"host": host, "port": listen.getsockname()[1] if listen else None, "aux": aux})
             peers = [json.loads(m) for m in bctx.allGather(msg)]
             confine_gloo(host)
+            if spec.backend == "horovod":
+                from sparktrain.train._executor import horovod_rdzv
+                plan = horovod_rdzv.slot_plan([p["host"] for p in peers])
+                if hvd_server is not None:
+                    hvd_server.init(plan)
+                bctx.barrier()  # the rendezvous server knows the plan before anyone connects
+                horovod_rdzv.apply_env(horovod_rdzv.worker_env(
+                    plan[rank], peers[0]["host"], int(peers[0]["aux"]), os.environ.get("GLOO_SOCKET_IFNAME", "lo")))
             same_host = [i for i, p in enumerate(peers) if p["host"] == host]
             resources = bctx.resources()
             ctx = WorkerContext(
@@ -85,6 +97,8 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
             payload = json.dumps(info)
             raise RuntimeError(f"{ERROR_MARKER}{payload}{ERROR_MARKER}") from exc
         finally:
+            if hvd_server is not None:
+                hvd_server.stop()
             reporter.close()
             if listen is not None and listen.fileno() != -1:  # not handed over to a TCPStore
                 listen.close()

@@ -245,15 +245,7 @@ def _device(spec: WorkerSpec, ctx: WorkerContext):
 
 def _init_process_group(spec: WorkerSpec, ctx: WorkerContext) -> None:
     if spec.backend == "horovod":
-        import horovod.torch as hvd
-        os.environ.update({"HOROVOD_RANK": str(ctx.rank), "HOROVOD_SIZE": str(ctx.world_size),
-                           "HOROVOD_LOCAL_RANK": str(ctx.local_rank), "HOROVOD_LOCAL_SIZE": str(ctx.local_size),
-                           "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1",
-                           "HOROVOD_GLOO_RENDEZVOUS_ADDR": ctx.master_host,
-                           "HOROVOD_GLOO_RENDEZVOUS_PORT": str(ctx.aux_port),
-                           "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
-                           "HOROVOD_GLOO_IFACE": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
-                           "HOROVOD_HOSTNAME": ctx.host})
+        import horovod.torch as hvd  # env set by horovod_rdzv in the barrier task
         hvd.init()
         return
     if ctx.world_size == 1:

@@ -1,0 +1,202 @@
+"""Training benchmark: our barrier launcher against Spark's TorchDistributor, in one run.
+
+Same model (the default embeddings + MLP), same data, same epochs:
+
+* time from ``fit`` to the first training step, and the whole fit;
+* samples/s with 2 workers x 1 thread against 1 worker x 2 threads;
+* plain torch in one process streaming the same Parquet (the ceiling);
+* with ``--flights``: test AUC on flights against Spark MLlib LogisticRegression.
+
+Usage::
+
+    PYTHONPATH=python .venv/bin/python bench/train.py [--rows 1000000] [--epochs 2] [--flights]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+BATCH = 1024
+
+
+def make_dataset(spark, root: Path, rows: int) -> str:
+    """16 float32 features + 2 categorical indices + a boolean label, written once."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import atomic_dir, write_parquet
+
+    path = root / f"synthetic-{rows}"
+    if (path / "train" / "_manifest.json").is_file():
+        return str(path)
+    cols = [(F.rand(i) * 2 - 1).cast("float").alias(f"x{i}") for i in range(16)]
+    df = spark.range(rows, numPartitions=4).select(
+        *cols, (F.col("id") % 31).cast("int").alias("c0"), (F.col("id") % 7).cast("int").alias("c1"))
+    df = df.withColumn("label", (F.col("x0") + F.col("x1") - F.col("x2") + (F.col("c1") == 3).cast("float")) > 0)
+    with atomic_dir(str(path)) as staging:
+        write_parquet(df, os.path.join(staging, "train"))
+    return str(path)
+
+
+def ours(spark, path: str, workers: int, epochs: int, threads: int, store: str):
+    from sparktrain.train.estimator import TorchEstimator
+
+    os.environ["SPARKTRAIN_TORCH_THREADS"] = str(threads)
+    est = TorchEstimator(numWorkers=workers, epochs=epochs, batchSize=BATCH, labelCol="label", store=store,
+                         logEverySteps=20)
+    est.show_progress = False
+    t0 = time.perf_counter()
+    model = est.fit(path)
+    total = time.perf_counter() - t0
+    del os.environ["SPARKTRAIN_TORCH_THREADS"]
+    launch = est.last_launch
+    rows = _rows(path)
+    return {"first_step_s": launch.first_step_s, "total_s": total,
+            "samples_per_s": rows * epochs / total,
+            "train_samples_per_s": sum(h["samples_per_s"] for h in model.history) / len(model.history)}
+
+
+def _rows(path: str) -> int:
+    from sparktrain.data.manifest import read_manifest
+    return read_manifest(os.path.join(path, "train"))["num_rows"]
+
+
+def _distributor_fn(path: str, epochs: int, t_launch: float):
+    """Runs inside TorchDistributor's processes: DDP on the same model and reader."""
+    import time as _t
+
+    import torch
+    import torch.distributed as dist
+
+    from sparktrain.train._executor.batches import epoch_batches
+    from sparktrain.train._executor.spec import InputSpec, ModelSpec
+    from sparktrain.train._executor.torch_worker import build_default_model
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    inputs = InputSpec(numeric=tuple(f"x{i}" for i in range(16)), categorical=(("c0", 31), ("c1", 7)),
+                       label="label", task="binary")
+    model = torch.nn.parallel.DistributedDataParallel(build_default_model(inputs, ModelSpec()))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    first = None
+    for epoch in range(epochs):
+        _, batches = epoch_batches(path + "/train", inputs, 1024, rank, world, epoch, 42)
+        for x_num, x_cat, y in batches:
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model(torch.from_numpy(x_num), torch.from_numpy(x_cat)).reshape(-1), torch.from_numpy(y))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if first is None:
+                first = _t.time() - t_launch
+    dist.barrier()
+    dist.destroy_process_group()
+    return first
+
+
+def torch_distributor(spark, path: str, epochs: int):
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    t0 = time.perf_counter()
+    first = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
+        _distributor_fn, path, epochs, time.time())
+    total = time.perf_counter() - t0
+    return {"first_step_s": first, "total_s": total, "samples_per_s": _rows(path) * epochs / total}
+
+
+def single_process(path: str, epochs: int):
+    """Plain torch in this process, streaming the Parquet with our reader (2 threads)."""
+    import torch
+
+    from sparktrain.train._executor.batches import epoch_batches
+    from sparktrain.train._executor.spec import InputSpec, ModelSpec
+    from sparktrain.train._executor.torch_worker import build_default_model
+
+    torch.set_num_threads(2)
+    inputs = InputSpec(numeric=tuple(f"x{i}" for i in range(16)), categorical=(("c0", 31), ("c1", 7)),
+                       label="label", task="binary")
+    model = build_default_model(inputs, ModelSpec())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    t0 = time.perf_counter()
+    for epoch in range(epochs):
+        _, batches = epoch_batches(path + "/train", inputs, BATCH, 0, 1, epoch, 42)
+        for x_num, x_cat, y in batches:
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model(torch.from_numpy(x_num), torch.from_numpy(x_cat)).reshape(-1), torch.from_numpy(y))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    total = time.perf_counter() - t0
+    return {"total_s": total, "samples_per_s": _rows(path) * epochs / total}
+
+
+def flights(spark, cfg_path: str):
+    from sparktrain.config import load_config
+    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.job import train_stage
+
+    cfg = load_config(cfg_path, overrides=["tracking.enabled=false"])
+    if not os.path.isfile(os.path.join(cfg.output.path, "features.json")):
+        run_preprocess(spark, cfg)
+    res = train_stage(spark, cfg, cfg.output.path)
+    return res.test.get("test_auc"), res.baseline.get("test_auc")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--flights", action="store_true", help="also train on flights and compare with MLlib LR")
+    ap.add_argument("--config", default=str(REPO / "conf" / "flights.yaml"))
+    args = ap.parse_args()
+
+    from sparktrain.session import get_or_create_session
+
+    spark = get_or_create_session("local[2]")
+    work = REPO / "work" / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    path = make_dataset(spark, work, args.rows)
+    store = str(work / "store")
+    print(f"data: {args.rows:,} rows x (16 float + 2 categorical), batch {BATCH}, {args.epochs} epochs, local[2]")
+
+    ours(spark, path, 2, 1, 1, store)  # warm the Python workers once, as a long-lived cluster would be
+    r2 = ours(spark, path, 2, args.epochs, 1, store)
+    r1 = ours(spark, path, 1, args.epochs, 2, store)
+    td = torch_distributor(spark, path, args.epochs)
+    sp = single_process(path, args.epochs)
+
+    print()
+    print(f"{'run':<42}{'fit->1st step s':>16}{'total s':>10}{'samples/s':>12}")
+    for name, r in (("sparktrain TorchEstimator 2 workers x 1 thr", r2),
+                    ("sparktrain TorchEstimator 1 worker x 2 thr", r1),
+                    ("TorchDistributor(local_mode=False) 2 procs", td),
+                    ("plain torch, 1 process, 2 threads", sp)):
+        fs = r.get("first_step_s")
+        print(f"{name:<42}{(f'{fs:.1f}' if fs else '-'):>16}{r['total_s']:>10.1f}{r['samples_per_s']:>12,.0f}")
+    print()
+    print(f"launch ratio (ours / TorchDistributor, fit->first step): {r2['first_step_s'] / td['first_step_s']:.2f}"
+          "   goal <= 0.33")
+    print(f"total ratio (ours / TorchDistributor): {r2['total_s'] / td['total_s']:.2f}")
+    print(f"throughput 2x1 / 1x2 (whole fit): {r2['samples_per_s'] / r1['samples_per_s']:.2f}   goal >= 0.9")
+    print(f"throughput 2x1 / 1x2 (training loop only): "
+          f"{r2['train_samples_per_s'] / r1['train_samples_per_s']:.2f}")
+    print(f"ours whole-fit / single process: {r2['samples_per_s'] / sp['samples_per_s']:.2f}")
+    if args.flights:
+        auc, lr_auc = flights(spark, args.config)
+        print(f"\nflights test AUC: sparktrain {auc:.4f}  vs  Spark MLlib LogisticRegression {lr_auc:.4f}"
+              f"  (ratio {auc / lr_auc:.3f})")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
