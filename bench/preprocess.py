@@ -87,7 +87,6 @@ def fit_pandas(table: Any, plan: Any) -> Dict[str, Any]:
     """The statistics the Spark pipeline fits, computed with numpy/pyarrow in memory."""
     import numpy as np
     import pyarrow.compute as pc
-
     from sparktrain.features import local as L
     from sparktrain.features import metadata as md
     from sparktrain.features.spec import CategoricalFeature, NumericFeature
@@ -132,7 +131,6 @@ def child_pandas(args: argparse.Namespace) -> None:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     from sparktrain.config import load_config
     from sparktrain.features import metadata as md
     from sparktrain.features.compile import plan_features, source_columns

@@ -8,9 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
-import pyarrow.parquet as pq
 import pytest
-
 from sparktrain.config import load_config
 from sparktrain.errors import DataError, DatasetExistsError, MissingColumnError
 
@@ -66,7 +64,6 @@ def test_layout_counts_manifests_and_features_json(result, flights_sample):
 
 def test_split_is_by_key_only_whatever_the_partitioning(spark, result, flights_sample):
     from pyspark.sql import functions as F
-
     from sparktrain.config import SplitConfig
     from sparktrain.features.materialize import split_expression
 

@@ -10,7 +10,6 @@ import zlib
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from sparktrain.features.spec import parse_features
 
 KEY, LABEL = "flight_id", "late"
@@ -200,7 +199,6 @@ def test_fitted_values_match_independent_spark_aggregates(raw_train, meta):
 
 def test_save_load_in_another_session_transforms_identically(spark, model, raw_path, tmp_path):
     from pyspark.ml import Pipeline, PipelineModel
-
     from sparktrain.features.compile import compile_pipeline
 
     model.write().overwrite().save(str(tmp_path / "model"))
@@ -253,7 +251,11 @@ def test_keep_input_cols_reaches_the_assembler(specs):
 
 def test_fit_pipeline_fits_what_pipeline_fit_fits(raw_train, specs, meta):
     from sparktrain.features import metadata as md
-    from sparktrain.features.compile import compile_pipeline, fit_pipeline, plan_features
+    from sparktrain.features.compile import (
+        compile_pipeline,
+        fit_pipeline,
+        plan_features,
+    )
 
     types = {f.name: f.dataType.simpleString() for f in raw_train.schema.fields}
     model = fit_pipeline(compile_pipeline(specs, key=KEY, label=LABEL, types=types), raw_train)

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from sparktrain.errors import ConfigError, DataError
 
 
@@ -75,7 +74,6 @@ def test_vocabulary_indexer_layout_min_frequency_max_vocab(spark, tmp_path):
 
 def test_vocabulary_indexer_matches_string_indexer_without_options(spark, flights_sample):
     from pyspark.ml.feature import StringIndexer
-
     from sparktrain.features.stages import VocabularyIndexer
 
     ours = VocabularyIndexer(inputCols=["dest", "tailnum"], outputCols=["a", "b"]).fit(flights_sample)

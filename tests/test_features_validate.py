@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from sparktrain.errors import DataError, MissingColumnError, SchemaError
 from sparktrain.features.spec import parse_features
 

@@ -34,7 +34,10 @@ _EXPORTS = {
     "VocabularyIndexerModel": "stages", "FlatFeatureAssembler": "stages",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScalerModel", "CrossedFeature",
+           "DatetimeFeature", "FlatFeatureAssembler", "NumericFeature", "PreprocessResult", "VocabularyIndexer",
+           "VocabularyIndexerModel", "compile_pipeline", "format_summary", "materialize", "parse_features",
+           "plan_features", "run_preprocess", "transform_local", "validate"]
 
 
 def __getattr__(name: str) -> Any:

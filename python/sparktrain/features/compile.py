@@ -39,8 +39,14 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import ConfigError
-from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
-                                      FeatureSpec, NumericFeature)
+from sparktrain.features.spec import (
+    BooleanFeature,
+    CategoricalFeature,
+    CrossedFeature,
+    DatetimeFeature,
+    FeatureSpec,
+    NumericFeature,
+)
 
 PREFIX = "__st_"  # == stages.INTERNAL_PREFIX (kept literal so this module imports without pyspark)
 
@@ -364,7 +370,7 @@ def fit_pipeline(pipeline, dataset, max_parallel: int = 4):
         if len(group) == 1:
             models = [stages[i].fit(data)]
         else:
-            target = inheritable_thread_target(data.sparkSession)(lambda k: stages[k].fit(data))
+            target = inheritable_thread_target(data.sparkSession)(lambda k, data=data: stages[k].fit(data))
             with ThreadPoolExecutor(len(group)) as pool:
                 models = list(pool.map(target, group))
         for k, model in zip(group, models):
@@ -384,5 +390,14 @@ def source_columns(specs: Sequence[FeatureSpec]) -> List[str]:
     return cols
 
 
-__all__ = ["FeaturePlan", "OutputColumn", "plan_features", "compile_pipeline", "fit_pipeline", "source_columns",
-           "DATETIME_PERIODS", "CROSS_SEPARATOR", "PREFIX"]
+__all__ = [
+    "CROSS_SEPARATOR",
+    "DATETIME_PERIODS",
+    "PREFIX",
+    "FeaturePlan",
+    "OutputColumn",
+    "compile_pipeline",
+    "fit_pipeline",
+    "plan_features",
+    "source_columns",
+]

@@ -37,7 +37,7 @@ import posixpath
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from sparktrain.config import JobConfig, SplitConfig
 from sparktrain.features import metadata as md
@@ -158,7 +158,7 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
         from sparktrain.datasets import load_source
         df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
     types = check_schema(df.schema, specs, key, label)
-    needed = _unique(source_columns(specs) + [key, label])
+    needed = _unique([*source_columns(specs), key, label])
     pipeline = compile_pipeline(specs, key=key, label=label, types=types)
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     out = cfg.output
@@ -276,7 +276,7 @@ def format_summary(result: PreprocessResult) -> str:
     return "\n".join(lines)
 
 
-def _unique(items: List[Optional[str]]) -> List[str]:
+def _unique(items: Sequence[Optional[str]]) -> List[str]:
     out: List[str] = []
     for x in items:
         if x and x not in out:
@@ -302,4 +302,4 @@ def _delete_dir(path: str) -> None:
     fs.delete_dir(inner)
 
 
-__all__ = ["PreprocessResult", "materialize", "run_preprocess", "format_summary", "split_expression", "SPLITS"]
+__all__ = ["SPLITS", "PreprocessResult", "format_summary", "materialize", "run_preprocess", "split_expression"]

@@ -47,8 +47,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from sparktrain.errors import DataError
 from sparktrain.features.compile import CROSS_SEPARATOR, DATETIME_PERIODS, FeaturePlan
-from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
-                                      NumericFeature)
+from sparktrain.features.spec import BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature, NumericFeature
 
 FORMAT = "sparktrain.features/1"
 FILE_NAME = "features.json"
@@ -70,7 +69,7 @@ def fitted_values(model: Any) -> Dict[str, Dict[str, Any]]:
         if isinstance(stage, ImputerModel):
             row = stage.surrogateDF.first()  # one row: a surrogate per column
             for c in stage.getInputCols():
-                out["impute"][c] = float(row[c])
+                out["impute"][c] = float(row[c]) if row is not None else float("nan")
         elif isinstance(stage, Bucketizer):
             for c, splits in zip(stage.getInputCols(), stage.getSplitsArray()):
                 out["splits"][c] = [float(s) for s in splits]
@@ -220,7 +219,11 @@ def dumps(meta: Mapping[str, Any]) -> str:
 
 def load(path_or_text: str) -> Dict[str, Any]:
     """Read ``features.json`` from a path (or parse JSON text starting with ``{``)."""
-    text = path_or_text if path_or_text.lstrip().startswith("{") else open(path_or_text).read()
+    if path_or_text.lstrip().startswith("{"):
+        text = path_or_text
+    else:
+        with open(path_or_text) as fh:
+            text = fh.read()
     meta = json.loads(text)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise DataError(f"not a {FORMAT} file (format={meta.get('format') if isinstance(meta, dict) else None!r}); "
@@ -228,4 +231,4 @@ def load(path_or_text: str) -> Dict[str, Any]:
     return meta
 
 
-__all__ = ["FORMAT", "FILE_NAME", "fitted_values", "build_metadata", "check_vocabularies", "dumps", "load"]
+__all__ = ["FILE_NAME", "FORMAT", "build_metadata", "check_vocabularies", "dumps", "fitted_values", "load"]

@@ -15,6 +15,7 @@ YAML form (inside ``features:`` of a job config)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Optional, Tuple, Union
 
@@ -31,15 +32,20 @@ class NumericFeature:
     Parameters
     ----------
     impute : {'mean', 'median', 'constant'}
-        How nulls (and NaN/inf when ``on_invalid='impute'``) are filled.
+        How nulls (and NaN/inf when ``on_invalid='impute'``) are filled.  Mean
+        and median are fitted (Spark ``Imputer``) on the clipped, log1p'd values
+        of the train split; the median is Spark's approximate one (relative
+        error 0.001).
     impute_value : float
-        The fill value when ``impute='constant'``.
+        The fill value when ``impute='constant'``, in the column's raw units:
+        it is filled in before clipping and log1p.
     log1p : bool
         Apply ``sign(x) * log1p(|x|)`` after clipping.
     clip : (float, float), optional
         Clip to ``[low, high]`` before the other transforms.
     scale : {'standard', 'minmax', 'none'}
-        Normalization after imputing.
+        Normalization after imputing: ``(x - mean) / std`` (sample std) or
+        ``(x - min) / (max - min)``, fitted on the train split.
     buckets : int, optional
         Also emit a quantile-bucket index ``<name>_bucket`` (QuantileDiscretizer).
     on_invalid : {'impute', 'error'}
@@ -59,8 +65,12 @@ class NumericFeature:
 
     def __post_init__(self) -> None:
         if self.clip is not None:
+            require(all(math.isfinite(v) for v in self.clip), f"features.{self.name}.clip", list(self.clip),
+                    "both bounds must be finite numbers, e.g. [-60, 600]")
             require(self.clip[0] < self.clip[1], f"features.{self.name}.clip", list(self.clip),
                     "low must be below high, e.g. [-60, 600]")
+        require(math.isfinite(self.impute_value), f"features.{self.name}.impute_value", self.impute_value,
+                "must be a finite number")
         if self.buckets is not None:
             require(self.buckets >= 2, f"features.{self.name}.buckets", self.buckets,
                     "must be >= 2 (or remove the key)")

@@ -17,7 +17,7 @@ SQL expressions, never Python UDFs.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model, Transformer
@@ -110,6 +110,8 @@ class ColumnScaler(Estimator, _ColumnScalerParams, DefaultParamsReadable, Defaul
     ([2.0, 10.0], [1.4142135623730951, 20.0])
     """
 
+    _input_kwargs: Dict[str, Any]
+
     @keyword_only
     def __init__(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
                  methods: Optional[List[str]] = None) -> None:
@@ -146,6 +148,8 @@ class ColumnScaler(Estimator, _ColumnScalerParams, DefaultParamsReadable, Defaul
             else:
                 aggs += [F.min(col).alias(f"a{i}"), F.max(col).alias(f"b{i}")]
         row = dataset.agg(*aggs).first()  # one row of statistics
+        if row is None:  # pragma: no cover - a global aggregate always returns one row
+            raise DataError("ColumnScaler: the statistics query returned no row")
         offsets, scales = [], []
         for i, (c, m) in enumerate(zip(inputs, methods)):
             a, b = row[f"a{i}"], row[f"b{i}"]
@@ -164,6 +168,8 @@ class ColumnScaler(Estimator, _ColumnScalerParams, DefaultParamsReadable, Defaul
 
 class ColumnScalerModel(Model, _ColumnScalerParams, DefaultParamsReadable, DefaultParamsWritable):
     """Fitted :class:`ColumnScaler`: ``(x - offset) / scale`` per column."""
+
+    _input_kwargs: Dict[str, Any]
 
     offsets: "Param[List[float]]" = Param(Params._dummy(), "offsets", "subtracted per column (mean or min)",
                                           typeConverter=TypeConverters.toListFloat)
@@ -232,6 +238,8 @@ class VocabularyIndexer(Estimator, _VocabularyIndexerParams, DefaultParamsReadab
     [['a']]
     """
 
+    _input_kwargs: Dict[str, Any]
+
     @keyword_only
     def __init__(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
                  minFrequencies: Optional[List[int]] = None, maxVocabSizes: Optional[List[int]] = None,
@@ -276,12 +284,11 @@ class VocabularyIndexer(Estimator, _VocabularyIndexerParams, DefaultParamsReadab
         for row in sorted(ranked.select("c", "r", "v").collect()):  # bounded: sum(caps) rows
             labels[row["c"]].append(row["v"])
         for i, c in enumerate(inputs):
-            if maxes[i] == 0 or maxes[i] > limits[i]:
-                if len(labels[i]) > limits[i]:
-                    raise DataError(
-                        f"column '{c}' has more than {limits[i]} distinct values seen at least {mins[i]} times "
-                        f"(vocab_limit={limits[i]}). Set max_vocab to keep the most frequent ones, raise "
-                        f"min_frequency or vocab_limit, or use hash_buckets.")
+            if len(labels[i]) > limits[i]:  # only possible without a max_vocab below the limit
+                raise DataError(
+                    f"column '{c}' has more than {limits[i]} distinct values seen at least {mins[i]} times "
+                    f"(vocab_limit={limits[i]}). Set max_vocab to keep the most frequent ones, raise "
+                    f"min_frequency or vocab_limit, or use hash_buckets.")
             if not labels[i]:
                 raise DataError(f"column '{c}' has no value seen at least {mins[i]} times (min_frequency), so "
                                 f"its vocabulary is empty. Lower min_frequency or drop the feature.")
@@ -291,6 +298,8 @@ class VocabularyIndexer(Estimator, _VocabularyIndexerParams, DefaultParamsReadab
 
 class VocabularyIndexerModel(Model, _VocabularyIndexerParams, DefaultParamsReadable, DefaultParamsWritable):
     """Fitted :class:`VocabularyIndexer`; transforms like ``StringIndexerModel(handleInvalid='keep')``."""
+
+    _input_kwargs: Dict[str, Any]
 
     labelsArray: "Param[List[List[str]]]" = Param(
         Params._dummy(), "labelsArray", "the vocabulary of each input column, most frequent first",
@@ -336,6 +345,8 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
     >>> asm.transform(df).dtypes                                                     # doctest: +SKIP
     [('late', 'float'), ('x', 'float'), ('c', 'int')]
     """
+
+    _input_kwargs: Dict[str, Any]
 
     floatInputCols: "Param[List[str]]" = Param(Params._dummy(), "floatInputCols", "columns cast to float32",
                                                typeConverter=TypeConverters.toListString)
@@ -415,5 +426,12 @@ def label_column(dtype: T.DataType, name: str):
     return F.col(name)
 
 
-__all__ = ["ColumnScaler", "ColumnScalerModel", "VocabularyIndexer", "VocabularyIndexerModel",
-           "FlatFeatureAssembler", "INTERNAL_PREFIX", "label_column"]
+__all__ = [
+    "INTERNAL_PREFIX",
+    "ColumnScaler",
+    "ColumnScalerModel",
+    "FlatFeatureAssembler",
+    "VocabularyIndexer",
+    "VocabularyIndexerModel",
+    "label_column",
+]

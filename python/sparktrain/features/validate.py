@@ -22,8 +22,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import DataError, MissingColumnError, SchemaError
 from sparktrain.features.compile import quote
-from sparktrain.features.spec import (BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature,
-                                      FeatureSpec, NumericFeature)
+from sparktrain.features.spec import (
+    CategoricalFeature,
+    CrossedFeature,
+    FeatureSpec,
+    NumericFeature,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +76,9 @@ def check_schema(schema: Any, specs: Sequence[FeatureSpec], key: Optional[str] =
                 raise SchemaError(
                     f"column '{c}' has type {types[c]}, which a {spec.type} feature ('{spec.name}') cannot use "
                     f"(accepted: {', '.join(ACCEPTED[spec.type])}). Cast it in your ETL or change the feature type.")
-    for c, role in ((key, "data.key"), (label, "data.label")):
-        if c and c not in types:
-            raise MissingColumnError(c, available, f"the input data (configured as {role})")
+    for col, role in ((key, "data.key"), (label, "data.label")):
+        if col and col not in types:
+            raise MissingColumnError(col, available, f"the input data (configured as {role})")
     return types
 
 
@@ -169,4 +173,4 @@ def validate(df: Any, specs: Sequence[FeatureSpec], key: Optional[str] = None,
     return check_results(row.asDict(), specs, label, types)
 
 
-__all__ = ["ValidationReport", "check_schema", "validation_aggregates", "check_results", "validate", "ACCEPTED"]
+__all__ = ["ACCEPTED", "ValidationReport", "check_results", "check_schema", "validate", "validation_aggregates"]
