@@ -25,7 +25,6 @@ masked, a ``spark.conf`` credential never leaks.
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import logging
 import os
@@ -122,7 +121,6 @@ def framework_versions() -> Dict[str, str]:
     return out
 
 
-@functools.lru_cache(maxsize=8)
 def git_info(path: Optional[str] = None) -> Dict[str, str]:
     """``{"commit": sha, "dirty": "true"|"false", "branch": name}`` of the repo holding ``path``; {} outside git."""
     cwd = os.path.dirname(os.path.abspath(path)) if path and os.path.isfile(path) else (path or os.getcwd())
