@@ -131,6 +131,8 @@ def test_single_mode_parallel_trials_register_best_and_log_run_tree(spark, datas
     champion = client.get_model_version_by_alias("single-mode-model", "champion")
     assert champion.run_id == best.run_id and str(champion.version) == result.model_version
     assert champion.tags["sparktrain.score_metric"] == "test_auc"
+    inputs = {d.dataset.name for d in parent.inputs.dataset_inputs}  # lineage: the splits' manifests
+    assert inputs == {"tune-test-train", "tune-test-validation", "tune-test-test"}
     assert "model" in [f.path for f in client.list_artifacts(best.run_id)]  # TorchModel.load-able (no features.json)
     table = format_trials(result)
     assert table.splitlines()[0].split()[:4] == ["trial", "status", "val_loss", "seconds"]
@@ -266,3 +268,30 @@ def test_early_stopping_after_k_trials_without_improvement(spark, tmp_path):
     assert 3 <= len(result.trials) <= 4
     assert all(t.status == FINISHED for t in result.trials)
     assert "stopped early" in format_trials(result)
+
+
+def test_bad_setups_fail_before_any_trial(spark, dataset, tmp_path):
+    from sparktrain.errors import ConfigError, PreflightError
+
+    space = {"learning_rate": {"loguniform": [1.0e-3, 1.0e-2]}}
+    with pytest.raises(ConfigError) as info:  # val_loss needs a validation split
+        run_search(spark, _cfg(tmp_path, tune={"space": space}), os.path.join(dataset, "train"))
+    assert info.value.path == "tune.metric" and "no validation split" in str(info.value)
+    with pytest.raises(PreflightError) as info:  # 3 workers per trial cannot fit local[2]
+        run_search(spark, _cfg(tmp_path, train={"num_workers": 3}, tune={"mode": "distributed", "space": space}),
+                   dataset)
+    assert "numWorkers = 3" in str(info.value) and "only 2 task(s)" in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+def test_keras_single_mode_trials(spark, dataset, tmp_path):
+    from sparktrain.train.model import KerasModel
+
+    cfg = _cfg(tmp_path, train={"framework": "keras"}, tune={
+        "max_trials": 2, "parallelism": 2, "space": {"learning_rate": {"loguniform": [3.0e-3, 3.0e-2]}}})
+    result = run_search(spark, cfg, dataset)
+    assert [t.status for t in result.trials] == [FINISHED, FINISHED], format_trials(result)
+    assert all(0 < t.metric < math.log(2) for t in result.trials)
+    assert isinstance(result.best_model, KerasModel)
+    assert 0.9 < result.test_metrics["test_auc"] <= 1.0

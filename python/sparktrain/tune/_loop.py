@@ -165,26 +165,32 @@ class SearchLoop:
         running: Dict[Future, _Running] = {}
         launched = 0
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sparktrain-trial") as pool:
-            while True:
-                while not self.stopped_early and launched < self.max_trials and len(running) < self.concurrency:
-                    asked = self._ask()
-                    if asked is None:  # the algo has nothing left to suggest
-                        self.max_trials = launched
+            try:
+                while True:
+                    while (not self.stopped_early and launched < self.max_trials
+                           and len(running) < self.concurrency):
+                        asked = self._ask()
+                        if asked is None:  # the algo has nothing left to suggest
+                            self.max_trials = launched
+                            break
+                        launched += 1
+                        tid, params = asked
+                        trial = _Running(launched, tid, params, f"{self.prefix}-trial-{launched:03d}", time.time(),
+                                         None if self.timeout_s is None else time.monotonic() + self.timeout_s)
+                        target = inheritable_thread_target(self.spark)(self._run_one)
+                        running[pool.submit(target, trial)] = trial
+                        log.info("trial %d started: %s", launched, _short(params))
+                        self.listener.on_start(trial.number, params, trial.group, trial.started)
+                    if not running:
                         break
-                    launched += 1
-                    tid, params = asked
-                    trial = _Running(launched, tid, params, f"{self.prefix}-trial-{launched:03d}", time.time(),
-                                     None if self.timeout_s is None else time.monotonic() + self.timeout_s)
-                    target = inheritable_thread_target(self.spark)(self._run_one)
-                    running[pool.submit(target, trial)] = trial
-                    log.info("trial %d started: %s", launched, _short(params))
-                    self.listener.on_start(trial.number, params, trial.group, trial.started)
-                if not running:
-                    break
-                done, _ = wait(list(running), timeout=self._wait_s(running), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    self._finish(running.pop(fut), fut)
-                self._enforce_deadlines(running)
+                    done, _ = wait(list(running), timeout=self._wait_s(running), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        self._finish(running.pop(fut), fut)
+                    self._enforce_deadlines(running)
+            except BaseException:  # Ctrl-C or a bug here: do not leave trials running on the cluster
+                for trial in running.values():
+                    spark_compat.cancel_group(self.spark, trial.group)
+                raise
         self.records.sort(key=lambda r: r.number)
         return self.records
 

@@ -161,7 +161,7 @@ class TrialTracker(Listener):
             self.job.end_run(self.parent_run_id, status="FAILED" if failed else "FINISHED")
 
 
-def register_best(tracker: TrialTracker, cfg: Any, model: Any, dataset_path: str, run_id: str,
+def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_path: str, run_id: str,
                   metrics: Mapping[str, float]) -> Optional[str]:
     """Log the best trial's model on its child run, register it, move ``champion`` when it is better.
 
@@ -177,10 +177,15 @@ def register_best(tracker: TrialTracker, cfg: Any, model: Any, dataset_path: str
     str or None
         The registered version (None when ``tracking.register`` is off).
     """
+    from sparktrain.track.lineage import log_dataset_inputs
     from sparktrain.track.registry import log_model_and_register, score_of, set_champion_if_better
 
+    log_dataset_inputs(tracker.client, [tracker.parent_run_id, run_id], dataset_path, name=cfg.name)
     if os.path.isfile(os.path.join(dataset_path, "features.json")):
-        registered = log_model_and_register(model, dataset_path, cfg, metrics, run_id=run_id, client=tracker.client)
+        from sparktrain.track.stages import raw_input_example
+
+        registered = log_model_and_register(model, dataset_path, cfg, metrics, run_id=run_id, client=tracker.client,
+                                            input_example=raw_input_example(spark, cfg, dataset_path))
         return None if registered.version is None else str(registered.version)
     log.warning("%s has no features.json (not written by `sparktrain preprocess`): logging the network alone, "
                 "without a feature pipeline", dataset_path)

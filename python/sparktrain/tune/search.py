@@ -126,7 +126,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
                     and (cfg.tracking.register if register is None else register)):
                 from sparktrain.tune._tracking import register_best
 
-                version = register_best(tracker, cfg, model, dataset_path, best_record.run_id,
+                version = register_best(spark, tracker, cfg, model, dataset_path, best_record.run_id,
                                         {**best_record.metrics, **test})
                 result = replace(result, model_version=version)
         failed = False
