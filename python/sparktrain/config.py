@@ -269,7 +269,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> Dict[st
                     raise UnknownKeyError(".".join(parts[:i + 1]), item, [str(n) for n in names])
                 node = named[0]
                 continue
-            nxt = node.get(part)
+            nxt: Any = node.get(part)
             if not isinstance(nxt, (dict, list)):
                 nxt = {}
                 node[part] = nxt

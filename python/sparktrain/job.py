@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from sparktrain.config import JobConfig
+from sparktrain.errors import ConfigError
 from sparktrain.session import get_or_create_session
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,8 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
     """Fit the ``train:`` section's estimator on a materialized dataset, then evaluate on its test split."""
     from sparktrain.train.evaluate import estimator_from_config, evaluate_model, logistic_baseline
 
+    if cfg.train is None:
+        raise ConfigError("train", None, "add a train: section to the job config to train a model")
     t0 = time.perf_counter()
     est = estimator_from_config(cfg.train, cfg.data.label, run_id=run_id).setCallbacks(list(callbacks))
     model = est.fit(dataset_path)

@@ -29,7 +29,7 @@ def build(cls: Type[T], data: Any, path: str) -> T:
     if not isinstance(data, Mapping):
         raise ConfigError(path or "<root>", data, f"expected a mapping of keys for {cls.__name__}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     unknown = [k for k in data if k not in fields]
     if unknown:
         key = unknown[0]
@@ -50,7 +50,7 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
     if tp is Any:
         return value
     if origin is Union:
-        args = [a for a in get_args(tp) if a is not _NONE]
+        args: Any = [a for a in get_args(tp) if a is not _NONE]
         if value is None:
             if _NONE in get_args(tp):
                 return None
@@ -82,7 +82,7 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, value, "expected a mapping")
         return {coerce(kt, k, path): coerce(vt, v, _join(path, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
-        return build(tp, value, path)
+        return build(tp, value, path)  # type: ignore[arg-type]
     if tp is bool:
         if isinstance(value, bool):
             return value

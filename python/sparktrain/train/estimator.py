@@ -51,12 +51,12 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self._model_factory: Optional[Callable] = None
         self._loss_factory: Optional[Callable] = None
         self._optimizer_factory: Optional[Callable] = None
-        self._set(**self._input_kwargs)
+        self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
     @keyword_only
     def setParams(self, **kwargs: Any) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
-        return self._set(**self._input_kwargs)
+        return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
     def setNumWorkers(self, value: int) -> "_DistributedEstimator":
         return self._set(numWorkers=value)
@@ -148,7 +148,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), learning_rate=self.getLearningRate(),
             seed=self.getOrDefault(self.seed), shuffle_buffer=self.getOrDefault(self.shuffleBuffer),
             inputs=inputs,
-            model=ModelSpec(hidden_units=tuple(self.getOrDefault(self.hiddenUnits)),
+            model=ModelSpec(hidden_units=tuple(self.getOrDefault(self.hiddenUnits)),  # type: ignore[arg-type]
                             embedding_dim=self.getOrDefault(self.embeddingDim),
                             dropout=self.getOrDefault(self.dropout)),
             train_path=train_path, val_path=val_path, store=store, run_id=run_id,

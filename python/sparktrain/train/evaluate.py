@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from sparktrain.config import TrainConfig
 
@@ -74,7 +74,7 @@ def logistic_baseline(spark, dataset_path: str, inputs: Any, label: str) -> Eval
     train = spark.read.parquet(os.path.join(dataset_path, "train")).withColumn("__y", F.col(label).cast("double"))
     test = spark.read.parquet(os.path.join(dataset_path, "test")).withColumn("__y", F.col(label).cast("double"))
     cats = [c for c, _ in inputs.categorical]
-    stages = []
+    stages: List[Any] = []
     if cats:
         stages.append(OneHotEncoder(inputCols=cats, outputCols=[f"{c}__oh" for c in cats], dropLast=False,
                                     handleInvalid="keep"))

@@ -32,7 +32,7 @@ class LaunchResult:
     """What the barrier stage returned."""
 
     history: List[Dict[str, float]]
-    model_bytes: bytes
+    model_bytes: bytes = field(repr=False)
     param_digests: Dict[int, str]
     attempts: int
     seconds: float

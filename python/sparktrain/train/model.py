@@ -35,6 +35,7 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         self.run_id = run_id
 
     def _require_fitted(self) -> None:
+        """Raise unless a trained network is attached (narrows the Optional attributes for callers)."""
         if not self.model_bytes or self.inputs is None:
             raise NotFittedError(f"{type(self).__name__} has no trained network; call fit() or load() first")
 
@@ -63,6 +64,7 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         from sparktrain.train._executor.predict import get_predictor
 
         self._require_fitted()
+        assert self.model_bytes is not None and self.inputs is not None  # for mypy; checked above
         return get_predictor(self.framework, self.model_bytes, self.inputs)(*scoring_arrays(batch, self.inputs))
 
     def write(self) -> MLWriter:
@@ -126,6 +128,7 @@ class _ModelWriter(MLWriter):
 
         m = self.instance
         m._require_fitted()
+        assert m.model_bytes is not None and m.inputs is not None  # for mypy; checked above
         extra = {"framework": m.framework, "inputs": m.inputs.to_dict(), "history": m.history, "run_id": m.run_id}
         DefaultParamsWriter.saveMetadata(m, path, self.sparkSession, extraMetadata=extra)
         Store(path).write_bytes("network/model.bin", m.model_bytes)

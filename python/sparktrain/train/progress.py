@@ -46,7 +46,7 @@ class ProgressServer:
         self._sock.listen(64)
         self._closed = threading.Event()
         self._lock = threading.Lock()
-        self._bar = None
+        self._bar: Any = None
         self._epochs = epochs
         self._show_bar = show_bar
         self._thread = threading.Thread(target=self._accept_loop, name="sparktrain-progress", daemon=True)
