@@ -52,10 +52,10 @@ test-all: setup
 	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check python tests bench
+	$(VENV)/bin/ruff check --config python/pyproject.toml python tests bench
 
 typecheck: setup
-	$(VENV)/bin/mypy python/sparktrain
+	$(VENV)/bin/mypy --config-file python/pyproject.toml python/sparktrain
 
 # MLflow UI + tracking server on 127.0.0.1 over the store `make demo` writes (MLFLOW_PORT=5001 to move it).
 MLFLOW_PORT ?= 5000

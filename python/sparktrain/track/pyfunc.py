@@ -32,7 +32,6 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
-import mlflow.pyfunc
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 

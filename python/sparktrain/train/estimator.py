@@ -20,7 +20,7 @@ from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 from sparktrain.errors import ConfigError
 from sparktrain.train import preflight
 from sparktrain.train._executor.spec import ModelSpec, WorkerSpec
-from sparktrain.train.inputs import infer_inputs, read_features_json
+from sparktrain.train.inputs import exists, infer_inputs, read_features_json
 from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams
@@ -162,15 +162,15 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         """``(train_path, validation_path, features.json)`` for a path, a materialized result or a DataFrame."""
         root = getattr(dataset, "path", dataset)
         if isinstance(root, (str, os.PathLike)):
-            root = os.fspath(root)
-            train = os.path.join(root, "train")
-            if not os.path.isdir(train) and "://" not in root:
+            root = os.fspath(root).rstrip("/")
+            train = f"{root}/train"
+            if not exists(train):
                 train = root  # a single split given directly
-            val = os.path.join(root, "validation")
+            val = f"{root}/validation"
             meta = read_features_json(root)
             if meta is not None:
                 meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
-            return train, (val if os.path.isdir(val) else None), meta
+            return train, (val if exists(val) else None), meta
         return self._materialize_dataframe(spark, dataset, run_id)
 
     def _materialize_dataframe(self, spark, df, run_id: str) -> Tuple[str, Optional[str], Optional[dict]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from sparktrain.errors import DatasetNotFoundError, MissingColumnError, SchemaError
@@ -21,24 +20,35 @@ log = logging.getLogger(__name__)
 FEATURES_JSON = "features.json"
 
 
-def _parquet_files(path: str) -> List[str]:
-    out = []
-    for root, _, files in os.walk(path):
-        out += [os.path.join(root, f) for f in files if f.endswith(".parquet") and not f.startswith((".", "_"))]
-    return sorted(out)
+def exists(path: str) -> bool:
+    """Whether ``path`` (local path or pyarrow filesystem URI) exists."""
+    import pyarrow.fs as pafs
+
+    from sparktrain.data import _fs
+    fs, inner = _fs.resolve(path)
+    return fs.get_file_info(inner).type != pafs.FileType.NotFound
+
+
+def _parquet_files(path: str):
+    """``(filesystem, [paths])`` of the Parquet data files under ``path``."""
+    from sparktrain.data import _fs
+    fs, inner = _fs.resolve(path)
+    if not exists(path):
+        return fs, []
+    return fs, [f.path for f in _fs.list_data_files(fs, inner) if f.path.endswith(".parquet")]
 
 
 def column_stats(path: str) -> Dict[str, Dict[str, Any]]:
     """``{column: {"type": arrow type, "min": .., "max": ..}}`` from Parquet footers only."""
     import pyarrow.parquet as pq
 
-    files = _parquet_files(path)
+    fs, files = _parquet_files(path)
     if not files:
         raise DatasetNotFoundError(f"no Parquet files under '{path}'; materialize the dataset first "
                                    "(sparktrain preprocess CONFIG) or pass a DataFrame to fit()")
     stats: Dict[str, Dict[str, Any]] = {}
     for f in files:
-        pf = pq.ParquetFile(f)
+        pf = pq.ParquetFile(f, filesystem=fs)
         schema = pf.schema_arrow
         for name in schema.names:
             entry = stats.setdefault(name, {"type": schema.field(name).type, "min": None, "max": None})
@@ -54,11 +64,14 @@ def column_stats(path: str) -> Dict[str, Dict[str, Any]]:
 
 
 def read_features_json(dataset_root: str) -> Optional[Dict[str, Any]]:
-    p = os.path.join(dataset_root, FEATURES_JSON)
-    if os.path.isfile(p):
-        with open(p) as fh:
-            return json.load(fh)
-    return None
+    """The dataset's ``features.json`` (local path or URI), or None."""
+    from sparktrain.data import _fs
+    p = _fs.join(dataset_root, FEATURES_JSON)
+    if not exists(p):
+        return None
+    fs, inner = _fs.resolve(p)
+    with fs.open_input_stream(inner) as fh:
+        return json.loads(fh.read())
 
 
 def _cardinalities_from_features(meta: Optional[Dict[str, Any]]) -> Dict[str, int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from typing import Optional
 
 from sparktrain._internal import spark_compat
@@ -51,8 +50,9 @@ def check_framework(framework: str, backend: str) -> None:
 
 
 def check_dataset(train_path: str, val_path: Optional[str]) -> None:
+    from sparktrain.train.inputs import exists
     for name, path in (("training", train_path), ("validation", val_path)):
-        if path and "://" not in path and not os.path.isdir(path):
+        if path and not exists(path):
             raise PreflightError(f"the {name} dataset '{path}' does not exist; run `sparktrain preprocess "
                                  "CONFIG` first or pass a DataFrame to fit()")
 

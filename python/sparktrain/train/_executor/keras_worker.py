@@ -24,7 +24,7 @@ from sparktrain.train._executor import metrics as M
 from sparktrain.train._executor.batches import epoch_batches
 from sparktrain.train._executor.checkpoint import Checkpointer
 from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
-from sparktrain.train._executor.keras_model import build_default_model, make_loss, split_inputs, to_prediction_np
+from sparktrain.train._executor.keras_model import build_default_model, make_loss, to_prediction_np
 from sparktrain.train._executor.reporter import Reporter
 from sparktrain.train._executor.spec import WorkerSpec
 
