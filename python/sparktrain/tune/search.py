@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Optional
 
 from sparktrain._internal import spark_compat
 from sparktrain.config import JobConfig, TuneConfig
-from sparktrain.errors import ConfigError, PreflightError, TuneError
+from sparktrain.errors import ConfigError, TuneError
 from sparktrain.tune._loop import Listener, SearchLoop
 from sparktrain.tune.result import FINISHED, SearchResult, TrialRecord, format_trials, goal_of
 from sparktrain.tune.space import compile_space, describe
@@ -169,8 +169,6 @@ def _make_runner(spark, cfg: JobConfig, dataset_path: Optional[str], objective: 
         return SingleTaskRunner(spark, plan), _capped(tune.parallelism, slots, 1)
     workers = cfg.train.num_workers  # type: ignore[union-attr]  # _TrainingPlan checked it
     plan.preflight(spark, workers)  # slots >= num_workers, no dynamic allocation, framework, dataset
-    if slots < workers:  # pragma: no cover - preflight raised already
-        raise PreflightError(f"{workers} workers per trial need {workers} slots; the cluster has {slots}")
     return DistributedRunner(spark, plan), _capped(tune.parallelism, slots, workers)
 
 

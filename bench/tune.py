@@ -1,0 +1,232 @@
+"""Hyperparameter search throughput: our single-task mode against hyperopt's Trials and SparkTrials.
+
+Usage (from the repo root)::
+
+    PYTHONPATH=python .venv/bin/python bench/tune.py [--trials 20] [--parallelism 2] [--sleep 0.5] \
+        [--repeats 3] [--b-trials 4] [--no-mode-b]
+
+Part 1 runs the same objective (``time.sleep(--sleep)`` plus a tiny numpy
+computation) and the same number of trials, with TPE over the same space,
+through:
+
+* **hyperopt Trials**: sequential ``fmin`` on the driver (no Spark);
+* **hyperopt SparkTrials**: ``SparkTrials(parallelism=p)`` with its defaults,
+  one Spark job per trial;
+* **sparktrain single**: :func:`sparktrain.tune.search.run_search` with an
+  ``objective`` (``tune.mode: single``), ``p`` trials at a time, tracking off.
+
+All share one ``local[p]`` session, warmed up first (untimed).  Each row is the
+median of ``--repeats`` runs: wall time, trials per minute, and the per-trial
+overhead ``wall * p / trials - objective`` (for Trials, ``p = 1``), with the
+ratios of SparkTrials to ours.
+
+Part 2 (``--no-mode-b`` skips it) trains a tiny torch MLP on 20,000 synthetic
+rows (cached under ``work/bench/tune/``) for one epoch per trial, in
+``tune.mode: distributed`` (a barrier stage of 2 workers per trial) and, for
+reference, in ``single`` mode, after one untimed warm-up search each; overhead
+there is ``wall * at_once / trials`` minus the epochs' own time
+(``epoch_time_s``, reported by the workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+WORK = REPO / "work" / "bench" / "tune"
+
+log = logging.getLogger("bench.tune")
+
+SPACE = {"learning_rate": {"loguniform": [1.0e-4, 1.0e-1]}, "batch_size": {"choice": [256, 512, 1024]}}
+
+
+def make_objective(sleep_s: float) -> Callable[[Dict[str, Any]], float]:
+    """``sleep_s`` of "work" plus a tiny computation; a closure, so it pickles by value."""
+
+    def objective(params: Dict[str, Any]) -> float:
+        import time as _time
+
+        import numpy as _np
+
+        _time.sleep(sleep_s)
+        x = _np.linspace(-1.0, 1.0, 10_000) * params["learning_rate"] * 100
+        return float(((x - 0.3) ** 2).mean() + params["batch_size"] * 1e-6)
+
+    return objective
+
+
+def session(parallelism: int):
+    from sparktrain.session import get_or_create_session
+
+    return get_or_create_session(f"local[{parallelism}]", "bench-tune", conf={
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": str(parallelism),
+        "spark.local.dir": str(WORK / "spark-local")})
+
+
+def warm_up(spark, parallelism: int) -> None:
+    """Start the Python workers both Spark paths use (RDD and mapInArrow), untimed."""
+    import pyarrow as pa
+
+    def noop(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_pylist([{"n": b.num_rows}])
+
+    for _ in range(2):
+        spark.range(0, parallelism, 1, parallelism).mapInArrow(noop, "n long").collect()
+        spark.sparkContext.parallelize(range(parallelism), parallelism).map(lambda x: x).collect()
+
+
+def run_trials(space, objective, trials: int, seed: int) -> float:
+    from hyperopt import Trials, fmin, tpe
+    import numpy as np
+
+    t0 = time.perf_counter()
+    fmin(objective, space, algo=tpe.suggest, max_evals=trials, trials=Trials(),
+         rstate=np.random.default_rng(seed), show_progressbar=False)
+    return time.perf_counter() - t0
+
+
+def run_sparktrials(spark, space, objective, trials: int, parallelism: int, seed: int) -> float:
+    from hyperopt import SparkTrials, fmin, tpe
+    import numpy as np
+
+    t0 = time.perf_counter()
+    fmin(objective, space, algo=tpe.suggest, max_evals=trials,
+         trials=SparkTrials(parallelism=parallelism, spark_session=spark),
+         rstate=np.random.default_rng(seed), show_progressbar=False)
+    return time.perf_counter() - t0
+
+
+def run_ours(spark, objective, trials: int, parallelism: int, seed: int) -> float:
+    from sparktrain.config import parse_config
+    from sparktrain.tune.search import run_search
+
+    cfg = parse_config({"train": {"seed": seed}, "tracking": {"enabled": False},
+                        "tune": {"mode": "single", "max_trials": trials, "parallelism": parallelism,
+                                 "metric": "loss", "space": SPACE}})
+    t0 = time.perf_counter()
+    result = run_search(spark, cfg, None, objective=objective)
+    wall = time.perf_counter() - t0
+    assert len(result.trials) == trials and all(t.status == "FINISHED" for t in result.trials)
+    return wall
+
+
+def part_one(spark, args) -> List[Dict[str, Any]]:
+    from sparktrain.tune.space import compile_space
+
+    space = compile_space(SPACE).hyperopt
+    objective = make_objective(args.sleep)
+    runs: Dict[str, List[float]] = {"hyperopt Trials (sequential)": [], "hyperopt SparkTrials": [],
+                                    "sparktrain single": []}
+    for r in range(args.repeats):
+        runs["hyperopt Trials (sequential)"].append(run_trials(space, objective, args.trials, r))
+        runs["hyperopt SparkTrials"].append(run_sparktrials(spark, space, objective, args.trials,
+                                                            args.parallelism, r))
+        runs["sparktrain single"].append(run_ours(spark, objective, args.trials, args.parallelism, r))
+        log.info("repeat %d: %s", r + 1, {k: round(v[-1], 2) for k, v in runs.items()})
+    rows = []
+    for name, walls in runs.items():
+        p = 1 if "sequential" in name else args.parallelism
+        wall = statistics.median(walls)
+        rows.append({"name": name, "p": p, "wall": wall, "walls": walls, "per_min": args.trials / wall * 60,
+                     "overhead": wall * p / args.trials - args.sleep})
+    return rows
+
+
+def synthetic_dataset(spark) -> str:
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    root = WORK / "ds"
+    if (root / "validation" / "_manifest.json").exists():
+        return str(root)
+    df = spark.range(20_000).select(
+        "id", (F.rand(3) * 2 - 1).cast("float").alias("x1"), (F.rand(4) * 2 - 1).cast("float").alias("x2"),
+        (F.col("id") % 5).cast("int").alias("c1"))
+    df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2") + (F.col("c1") == 2).cast("float") * 0.8) > 0.1)
+    write_parquet(df.where("id % 5 != 0").drop("id").coalesce(1), str(root / "train"), mode="overwrite")
+    write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), str(root / "validation"), mode="overwrite")
+    return str(root)
+
+
+def part_two(spark, args) -> List[Dict[str, Any]]:
+    from sparktrain.config import parse_config
+    from sparktrain.tune.search import run_search
+
+    dataset = synthetic_dataset(spark)
+    rows = []
+    for mode, workers, parallelism in (("single", 1, args.parallelism), ("distributed", 2, args.parallelism)):
+        cfg = parse_config({
+            "data": {"label": "label"}, "tracking": {"enabled": False},
+            "train": {"epochs": 1, "batch_size": 512, "num_workers": workers, "store": str(WORK / "store")},
+            "tune": {"mode": mode, "max_trials": args.b_trials, "parallelism": parallelism, "algo": "random",
+                     "space": {"learning_rate": {"loguniform": [1.0e-3, 3.0e-2]}}}})
+        run_search(spark, cfg, dataset)  # warm-up: workers import torch once
+        t0 = time.perf_counter()
+        result = run_search(spark, cfg, dataset)
+        wall = time.perf_counter() - t0
+        compute = statistics.mean(sum(e["epoch_time_s"] for e in t.history) for t in result.trials)
+        rows.append({"name": f"sparktrain {mode}", "workers": workers, "at_once": result.concurrency,
+                     "trials": len(result.trials), "wall": wall, "per_min": len(result.trials) / wall * 60,
+                     "trial_s": statistics.mean(t.seconds for t in result.trials), "compute": compute,
+                     "overhead": wall * result.concurrency / len(result.trials) - compute})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--parallelism", type=int, default=2)
+    ap.add_argument("--sleep", type=float, default=0.5, help="seconds of 'work' in the objective")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--b-trials", type=int, default=4, help="trials per run in part 2")
+    ap.add_argument("--no-mode-b", action="store_true", help="skip part 2 (training trials)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("py4j", "hyperopt", "sparktrain"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    WORK.mkdir(parents=True, exist_ok=True)
+    spark = session(args.parallelism)
+    warm_up(spark, args.parallelism)
+
+    rows = part_one(spark, args)
+    ideal = args.trials * args.sleep / args.parallelism
+    print(f"\n{args.trials} trials of a {args.sleep:g} s objective, TPE, parallelism {args.parallelism} "
+          f"(ideal wall {ideal:.1f} s), median of {args.repeats}")
+    print(f"| {'runner':<30} | {'p':>2} | {'wall s':>7} | {'trials/min':>10} | {'overhead s/trial':>16} |")
+    print(f"|{'-' * 32}|{'-' * 4}|{'-' * 9}|{'-' * 12}|{'-' * 18}|")
+    for r in rows:
+        print(f"| {r['name']:<30} | {r['p']:>2} | {r['wall']:>7.1f} | {r['per_min']:>10.1f} | "
+              f"{r['overhead']:>16.3f} |")
+    spark_trials, ours = rows[1], rows[2]
+    print(f"\nsparktrain single vs SparkTrials: {ours['per_min'] / spark_trials['per_min']:.1f}x trials/min, "
+          f"overhead {spark_trials['overhead'] / max(ours['overhead'], 1e-3):.1f}x lower "
+          f"({ours['overhead']:.3f} s vs {spark_trials['overhead']:.3f} s per trial; goal < 1 s)")
+    print("all walls (s): " + "; ".join(f"{r['name']}: {', '.join(f'{w:.1f}' for w in r['walls'])}" for r in rows))
+
+    if not args.no_mode_b:
+        rows_b = part_two(spark, args)
+        print(f"\ntraining trials: tiny torch MLP, 16k train / 4k validation rows, 1 epoch, local[{args.parallelism}]")
+        print(f"| {'mode':<24} | {'workers/trial':>13} | {'at once':>7} | {'trials':>6} | {'wall s':>7} | "
+              f"{'trials/min':>10} | {'s/trial':>7} | {'epoch s':>7} | {'overhead s/trial':>16} |")
+        print(f"|{'-' * 26}|{'-' * 15}|{'-' * 9}|{'-' * 8}|{'-' * 9}|{'-' * 12}|{'-' * 9}|{'-' * 9}|{'-' * 18}|")
+        for r in rows_b:
+            print(f"| {r['name']:<24} | {r['workers']:>13} | {r['at_once']:>7} | {r['trials']:>6} | "
+                  f"{r['wall']:>7.1f} | {r['per_min']:>10.1f} | {r['trial_s']:>7.2f} | {r['compute']:>7.2f} | "
+                  f"{r['overhead']:>16.2f} |")
+        print("s/trial: launch to result on the driver; epoch s: the epochs' own time (epoch_time_s, from the "
+              "workers); overhead: wall x at-once / trials - epoch s (Spark job or barrier stage, process group, "
+              "reader setup, checkpoints)")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
