@@ -154,7 +154,7 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             yt = torch.from_numpy(y).to(device)
             logits = net(xn, xc)
             loss = loss_fn(logits, yt)
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no argument
             loss.backward()
             optimizer.step()
             with torch.no_grad():
