@@ -19,8 +19,9 @@ three Parquet datasets (zstd, 65,536-row groups) and ``features.json``.
   ``pq.write_table`` writes.  It runs under a memory cap (RSS polled every
   0.1 s); going over it is reported as OOM, not a crash of the benchmark.
 
-Each side runs in its own subprocess; peak memory is the peak summed RSS of
-that process tree (driver python + JVM for Spark).  The table shows rows/s,
+Each side runs in its own subprocess; peak memory is the peak of the summed
+PSS (proportional set size, Linux; RSS elsewhere) of that process tree: the
+driver python, the JVM and any Python workers for Spark.  The table shows rows/s,
 peak memory and the ratios spark/pandas.
 """
 
@@ -159,6 +160,13 @@ def child_pandas(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ parent
+def _pss(proc: Any) -> int:
+    """Proportional set size: shared pages split between sharers, so a process the JVM is forking
+    (briefly a copy of it) does not count the JVM twice, as plain RSS would."""
+    info = proc.memory_full_info()
+    return int(getattr(info, "pss", info.rss))
+
+
 def run_child(mode: str, extra: List[str], cap_bytes: Optional[int] = None, timeout: float = 3600) -> Dict[str, Any]:
     """Run a child mode, polling the RSS of its process tree; kill it over ``cap_bytes``."""
     import psutil
@@ -169,11 +177,17 @@ def run_child(mode: str, extra: List[str], cap_bytes: Optional[int] = None, time
                             stderr=subprocess.DEVNULL, text=True, env=env)
     root = psutil.Process(proc.pid)
     peak, oom, t0 = 0, False, time.perf_counter()
+    parts = {"python": 0, "jvm": 0, "workers": 0}
     while proc.poll() is None:
         try:
-            rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+            kids = root.children(recursive=True)
+            now = {"python": _pss(root), "jvm": sum(_pss(p) for p in kids if p.name() == "java"),
+                   "workers": sum(_pss(p) for p in kids if p.name() != "java")}
         except psutil.Error:
-            rss = 0
+            now = {}
+        rss = sum(now.values())
+        for k, v in now.items():
+            parts[k] = max(parts[k], v)
         peak = max(peak, rss)
         if cap_bytes and rss > cap_bytes:
             oom = True
@@ -190,7 +204,7 @@ def run_child(mode: str, extra: List[str], cap_bytes: Optional[int] = None, time
     out, _ = proc.communicate()
     lines = [ln for ln in (out or "").splitlines() if ln.startswith("RESULT ")]
     res: Dict[str, Any] = json.loads(lines[-1][7:]) if lines else {}
-    res.update(peak_rss=peak, oom=oom, rc=proc.returncode)
+    res.update(peak_rss=peak, peak_rss_parts=parts, oom=oom, rc=proc.returncode)
     return res
 
 
@@ -200,7 +214,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--scales", default="1,5", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--driver-memory", default="1g")
-    p.add_argument("--pandas-cap-gb", type=float, default=4.0)
+    p.add_argument("--pandas-cap-gb", type=float, default=4.0,
+                   help="kill the pandas run (reported as OOM) when its memory goes over this")
+    p.add_argument("--engines", default="spark,pandas", type=lambda s: s.split(","))
     p.add_argument("--raw")
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -218,6 +234,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         res = {}
         for engine, mode, cap in (("spark", "_spark", None),
                                   ("pandas", "_pandas", int(args.pandas_cap_gb * (1 << 30)))):
+            if engine not in args.engines:
+                res[engine] = {"peak_rss": 1, "oom": False, "rc": None}
+                continue
             out = str(WORK / f"out_{engine}_x{scale}")
             subprocess.run(["rm", "-rf", out, out + "-warmup"], check=False)
             res[engine] = run_child(mode, [*common, "--driver-memory", args.driver_memory, "--raw", raw,

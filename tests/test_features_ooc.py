@@ -13,8 +13,8 @@ Sizing (checked by the test, from the session's flights sample):
 The subprocess runs ``run_preprocess`` on ``conf/flights.yaml`` with
 ``data.scale=24``: the CSV join is replicated lazily (``crossJoin`` with
 ``spark.range``), staged once to Parquet, validated, fitted on the train split
-and written.  It must finish; the test records the peak RSS of the driver
-python plus its JVM (psutil, polled every 0.5 s) in ``ooc.json`` and as a
+and written.  It must finish; the test records the peak memory (PSS, Linux's
+proportional RSS) of the driver python plus its JVM (psutil, polled every 0.5 s) in ``ooc.json`` and as a
 junit property, and checks that a fitted ``PipelineModel`` written by that
 JVM loads and transforms in this session exactly like the written rows.
 
@@ -72,9 +72,9 @@ def _run_and_watch(cmd, env, timeout_s, log_path):
     peak = {"total": 0, "python": 0, "jvm": 0}
     t0 = time.monotonic()
     while proc.poll() is None:
-        try:
+        try:  # PSS: a process the JVM is forking is briefly a copy of it; RSS would count the JVM twice
             procs = [root, *root.children(recursive=True)]
-            rss = {p.pid: p.memory_info().rss for p in procs}
+            rss = {p.pid: getattr(p.memory_full_info(), "pss", p.memory_info().rss) for p in procs}
         except psutil.Error:
             rss = {}
         if rss:
