@@ -130,6 +130,7 @@ def test_single_mode_parallel_trials_register_best_and_log_run_tree(spark, datas
     assert client.get_run(best.run_id).data.tags["sparktrain.best"] == "true"
     champion = client.get_model_version_by_alias("single-mode-model", "champion")
     assert champion.run_id == best.run_id and str(champion.version) == result.model_version
+    assert result.model_champion  # the first registered version becomes the champion
     assert champion.tags["sparktrain.score_metric"] == "test_auc"
     inputs = {d.dataset.name for d in parent.inputs.dataset_inputs}  # lineage: the splits' manifests
     assert inputs == {"tune-test-train", "tune-test-validation", "tune-test-test"}

@@ -129,6 +129,17 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 if run is not None and tracker is not None and result.tracking is not None:
                     from sparktrain.track.stages import log_training
                     result.tracking.model = log_training(tracker, run, spark, cfg, result.train, dataset, callback)
+        if "tune" in wanted:
+            from sparktrain.tune.search import format_trials, tune_stage
+
+            dataset = _dataset_path(result.preprocess, cfg)
+            with _stage(tracker, "tune") as run:
+                t0 = time.perf_counter()
+                result.tune = tune_stage(spark, cfg, dataset, parent_run_id=run.run_id if run is not None else None,
+                                         tracking_uri=tracker.uri if tracker is not None else None)
+                result.seconds["tune"] = time.perf_counter() - t0
+            print("== tune")
+            print(format_trials(result.tune))
     if result.tracking is not None:
         print("== MLflow")
         print(result.tracking.format())

@@ -19,7 +19,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.tune._loop import Listener
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, TrialRecord
@@ -162,7 +162,7 @@ class TrialTracker(Listener):
 
 
 def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_path: str, run_id: str,
-                  metrics: Mapping[str, float]) -> Optional[str]:
+                  metrics: Mapping[str, float]) -> Optional[Tuple[str, bool]]:
     """Log the best trial's model on its child run, register it, move ``champion`` when it is better.
 
     With a dataset written by ``sparktrain preprocess`` (it has ``features.json``)
@@ -174,8 +174,9 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
 
     Returns
     -------
-    str or None
-        The registered version (None when ``tracking.register`` is off).
+    (str, bool) or None
+        The registered version and whether ``champion`` moved to it (None when
+        ``tracking.register`` is off).
     """
     from sparktrain.track.lineage import log_dataset_inputs
     from sparktrain.track.registry import log_model_and_register, score_of, set_champion_if_better
@@ -186,7 +187,7 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
 
         registered = log_model_and_register(model, dataset_path, cfg, metrics, run_id=run_id, client=tracker.client,
                                             input_example=raw_input_example(spark, cfg, dataset_path))
-        return None if registered.version is None else str(registered.version)
+        return None if registered.version is None else (str(registered.version), bool(registered.champion))
     log.warning("%s has no features.json (not written by `sparktrain preprocess`): logging the network alone, "
                 "without a feature pipeline", dataset_path)
     client = tracker.client
@@ -203,8 +204,8 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
     version = int(client.create_model_version(name, source=source, run_id=run_id,
                                               tags={"sparktrain.run_id": run_id}).version)
     metric, score, higher = score_of(model.inputs.task, metrics, model.history)
-    set_champion_if_better(client, name, version, metric, score, higher)
-    return str(version)
+    moved = set_champion_if_better(client, name, version, metric, score, higher)
+    return str(version), moved
 
 
 def plot_trials(records: Sequence[TrialRecord], metric: str, goal: str, path: str) -> None:

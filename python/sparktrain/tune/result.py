@@ -89,7 +89,9 @@ class SearchResult:
     parent_run_id : str or None
         MLflow run holding the trials as child runs.
     model_version : str or None
-        Registered model version of the best trial (alias ``champion``).
+        Registered model version of the best trial.
+    model_champion : bool
+        Whether the alias ``champion`` moved to that version (only when it beats the holder).
     """
 
     trials: Tuple[TrialRecord, ...]
@@ -106,6 +108,7 @@ class SearchResult:
     seconds: float = 0.0
     parent_run_id: Optional[str] = None
     model_version: Optional[str] = None
+    model_champion: bool = False
 
     @property
     def best_trial(self) -> TrialRecord:
@@ -142,7 +145,8 @@ def format_trials(result: SearchResult, max_error: int = 60) -> str:
     if result.test_metrics:
         summary += "; best model on test: " + ", ".join(f"{k} = {v:.4f}" for k, v in result.test_metrics.items())
     if result.model_version:
-        summary += f"; registered as version {result.model_version} (alias champion)"
+        moved = "alias champion -> this version" if result.model_champion else "champion unchanged (not better)"
+        summary += f"; registered as version {result.model_version} ({moved})"
     return "\n".join([*lines, summary])
 
 

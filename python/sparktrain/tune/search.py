@@ -126,9 +126,10 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
                     and (cfg.tracking.register if register is None else register)):
                 from sparktrain.tune._tracking import register_best
 
-                version = register_best(spark, tracker, cfg, model, dataset_path, best_record.run_id,
-                                        {**best_record.metrics, **test})
-                result = replace(result, model_version=version)
+                registered = register_best(spark, tracker, cfg, model, dataset_path, best_record.run_id,
+                                           {**best_record.metrics, **test})
+                if registered is not None:
+                    result = replace(result, model_version=registered[0], model_champion=registered[1])
         failed = False
         return result
     finally:
@@ -145,7 +146,7 @@ def tune_stage(spark, cfg: JobConfig, dataset_path: str, parent_run_id: Optional
     stage's output) and the job's MLflow parent run, if any.
     """
     result = run_search(spark, cfg, dataset_path, parent_run_id=parent_run_id, tracking_uri=tracking_uri)
-    log.info("search finished:\n%s", format_trials(result))
+    log.info("search finished: best %s = %.5g at trial %d", result.metric, result.best_metric, result.best_number)
     return result
 
 
