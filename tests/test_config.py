@@ -54,7 +54,8 @@ def test_flights_yaml_loads_into_typed_dataclasses():
     assert cfg.train.framework == "torch"
     assert cfg.train.learning_rate == 0.002
     assert cfg.train.hidden_units == (64, 64)  # YAML list -> tuple
-    assert cfg.tune is None
+    assert cfg.tune.mode == "single" and cfg.tune.max_trials == 4 and cfg.tune.parallelism == 2
+    assert cfg.tune.space["learning_rate"] == {"loguniform": [0.0005, 0.01]}
     assert cfg.tracking.uri == "sqlite:///work/mlflow.db"
 
     assert len(cfg.features) == 19
@@ -176,7 +177,7 @@ ERRORS = [
       r"Horovod with Keras 3 does not average gradients. Use backend: mwms, or framework: torch for horovod/ddp$")),
     ("torch-with-mwms", None, ["train.backend=mwms"], ConfigError,
      r"config key 'train.backend' = 'mwms': torch trains with 'ddp' or 'horovod'$"),
-    ("tune-without-space", None, ["tune.max_trials=4"], ConfigError,
+    ("tune-without-space", None, ["tune.space={}"], ConfigError,
      r"config key 'tune.space' = \{\}: give at least one parameter"),
 ]
 
@@ -293,7 +294,7 @@ def test_flatten_of_flights_config_round_trips_through_set():
     assert flat["features.dep_delay.clip"] == "[-60.0, 600.0]"
     assert flat["features.sched_departure.parts"] == "[hour, day_of_week, month]"
     assert flat["features.carrier.type"] == "categorical"
-    assert flat["tune"] is None
+    assert flat["tune.max_trials"] == 4 and flat["tune.mode"] == "single"
     assert "features" not in flat and "source_path" not in flat
     assert all(not isinstance(v, (dict, list, tuple)) for v in flat.values())  # MLflow-param ready
 
