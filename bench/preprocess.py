@@ -2,8 +2,8 @@
 
 Usage (from the repo root)::
 
-    PYTHONPATH=python .venv/bin/python bench/preprocess.py [--scales 1,5] [--cores 2] \
-        [--driver-memory 1g] [--pandas-cap-gb 4]
+    PYTHONPATH=python .venv/bin/python bench/preprocess.py [--scales 1,5,20] [--cores 2] \
+        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas]
 
 Both sides run the feature spec of ``conf/flights.yaml`` on the same raw rows:
 the flights join at ``scale`` N, exported once (untimed) to Parquet under
@@ -16,8 +16,9 @@ three Parquet datasets (zstd, 65,536-row groups) and ``features.json``.
   first (untimed), as on a long-lived cluster.
 * **pandas**: pyarrow reads the whole table, numpy/pandas fit the same
   statistics, :func:`sparktrain.features.local.transform_local` transforms,
-  ``pq.write_table`` writes.  It runs under a memory cap (RSS polled every
-  0.1 s); going over it is reported as OOM, not a crash of the benchmark.
+  ``pq.write_table`` writes.  It runs under a memory cap (polled every 0.1 s;
+  default 2 GiB, about what the Spark side's process tree uses with a 1 GB
+  heap): going over it is reported as OOM, not a crash of the benchmark.
 
 Each side runs in its own subprocess; peak memory is the peak of the summed
 PSS (proportional set size, Linux; RSS elsewhere) of that process tree: the
@@ -161,8 +162,11 @@ def child_pandas(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------------------------------ parent
 def _pss(proc: Any) -> int:
-    """Proportional set size: shared pages split between sharers, so a process the JVM is forking
-    (briefly a copy of it) does not count the JVM twice, as plain RSS would."""
+    """Proportional set size: shared pages split between sharers.  A process younger than 1 s counts 0:
+    one the JVM is just spawning (Python workers) shares the JVM's memory until it execs, and would
+    count the JVM twice."""
+    if time.time() - proc.create_time() < 1.0:
+        return 0
     info = proc.memory_full_info()
     return int(getattr(info, "pss", info.rss))
 
@@ -214,8 +218,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--scales", default="1,5", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--driver-memory", default="1g")
-    p.add_argument("--pandas-cap-gb", type=float, default=4.0,
-                   help="kill the pandas run (reported as OOM) when its memory goes over this")
+    p.add_argument("--pandas-cap-gb", type=float, default=2.0,
+                   help="kill the pandas run (reported as OOM) when its memory goes over this; the default is "
+                        "about what the Spark side uses with a 1 GB heap")
     p.add_argument("--engines", default="spark,pandas", type=lambda s: s.split(","))
     p.add_argument("--raw")
     p.add_argument("--out")

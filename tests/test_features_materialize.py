@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pyarrow.parquet as pq
 import pytest
 from sparktrain.config import load_config
 from sparktrain.errors import DataError, DatasetExistsError, MissingColumnError
@@ -138,3 +139,15 @@ def test_overwrite_false_refuses_an_existing_dataset(spark, flights_sample, tmp_
     cfg = _cfg(tmp_path / "dataset", overwrite=False, features=[{"name": "distance", "type": "numeric"}])
     with pytest.raises(DatasetExistsError):
         materialize(spark, cfg, flights_sample)
+
+
+def test_an_empty_split_is_written_as_an_empty_dataset(spark, flights_sample, tmp_path):
+    from sparktrain.config import SplitConfig
+    from sparktrain.features.materialize import materialize
+
+    cfg = replace(_cfg(tmp_path / "dataset", features=[{"name": "distance", "type": "numeric"}]),
+                  split=SplitConfig(train=0.9, validation=0.1, test=0.0))
+    result = materialize(spark, cfg, flights_sample)  # a DataFrame: staged input
+    assert result.row_counts["test"] == 0 and result.manifests["test"]["num_rows"] == 0
+    assert result.row_counts["train"] + result.row_counts["validation"] == flights_sample.count()
+    assert pq.read_table(result.split_path("test")).schema.names == ["flight_id", "late", "distance"]
