@@ -216,15 +216,16 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
                 run_id: Optional[str] = None) -> TrainResult:
     """Fit the ``train:`` section's estimator on a materialized dataset, then evaluate on its test split."""
     from sparktrain.train.evaluate import estimator_from_config, evaluate_model, logistic_baseline
+    from sparktrain.train.inputs import exists
 
     if cfg.train is None:
         raise ConfigError("train", None, "add a train: section to the job config to train a model")
     t0 = time.perf_counter()
     est = estimator_from_config(cfg.train, cfg.data.label, run_id=run_id).setCallbacks(list(callbacks))
     model = est.fit(dataset_path)
-    test_path = os.path.join(dataset_path, "test")
+    test_path = f"{dataset_path.rstrip('/')}/test"
     test, baseline = {}, {}
-    if os.path.isdir(test_path):
+    if exists(test_path):  # local path or filesystem URI (hdfs://, s3a://)
         test = evaluate_model(model, spark.read.parquet(test_path)).metrics
         if cfg.train.compare_baseline and model.inputs.task == "binary":
             baseline = logistic_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics
