@@ -69,14 +69,35 @@ def _rows(path: str) -> int:
     return read_manifest(os.path.join(path, "train"))["num_rows"]
 
 
+def _train_epochs(model, path: str, inputs, epochs: int, rank: int, world: int) -> float:
+    """Plain Adam/BCE loop over this rank's shard; returns the wall-clock time of the first step."""
+    import time as _t
+
+    import torch
+
+    from sparktrain.train._executor.batches import epoch_batches
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    first = None
+    for epoch in range(epochs):
+        _, batches = epoch_batches(path + "/train", inputs, BATCH, rank, world, epoch, 42)
+        for x_num, x_cat, y in batches:
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                model(torch.from_numpy(x_num), torch.from_numpy(x_cat)).reshape(-1), torch.from_numpy(y))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if first is None:
+                first = _t.time()
+    return first if first is not None else _t.time()
+
+
 def _distributor_fn(path: str, epochs: int, t_launch: float):
     """Runs inside TorchDistributor's processes: DDP on the same model and reader."""
-    import time as _t
 
     import torch
     import torch.distributed as dist
 
-    from sparktrain.train._executor.batches import epoch_batches
     from sparktrain.train._executor.spec import InputSpec, ModelSpec
     from sparktrain.train._executor.torch_worker import build_default_model
 
@@ -86,18 +107,8 @@ def _distributor_fn(path: str, epochs: int, t_launch: float):
     inputs = InputSpec(numeric=tuple(f"x{i}" for i in range(16)), categorical=(("c0", 31), ("c1", 7)),
                        label="label", task="binary")
     model = torch.nn.parallel.DistributedDataParallel(build_default_model(inputs, ModelSpec()))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    first = None
-    for epoch in range(epochs):
-        _, batches = epoch_batches(path + "/train", inputs, 1024, rank, world, epoch, 42)
-        for x_num, x_cat, y in batches:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                model(torch.from_numpy(x_num), torch.from_numpy(x_cat)).reshape(-1), torch.from_numpy(y))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if first is None:
-                first = _t.time() - t_launch
+    first_step_at = _train_epochs(model, path, inputs, epochs, rank, world)
+    first = first_step_at - t_launch
     dist.barrier()
     dist.destroy_process_group()
     return first
@@ -117,7 +128,6 @@ def single_process(path: str, epochs: int):
     """Plain torch in this process, streaming the Parquet with our reader (2 threads)."""
     import torch
 
-    from sparktrain.train._executor.batches import epoch_batches
     from sparktrain.train._executor.spec import InputSpec, ModelSpec
     from sparktrain.train._executor.torch_worker import build_default_model
 
@@ -125,16 +135,8 @@ def single_process(path: str, epochs: int):
     inputs = InputSpec(numeric=tuple(f"x{i}" for i in range(16)), categorical=(("c0", 31), ("c1", 7)),
                        label="label", task="binary")
     model = build_default_model(inputs, ModelSpec())
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     t0 = time.perf_counter()
-    for epoch in range(epochs):
-        _, batches = epoch_batches(path + "/train", inputs, BATCH, 0, 1, epoch, 42)
-        for x_num, x_cat, y in batches:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                model(torch.from_numpy(x_num), torch.from_numpy(x_cat)).reshape(-1), torch.from_numpy(y))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    _train_epochs(model, path, inputs, epochs, 0, 1)
     total = time.perf_counter() - t0
     return {"total_s": total, "samples_per_s": _rows(path) * epochs / total}
 
