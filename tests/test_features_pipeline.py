@@ -261,3 +261,37 @@ def test_fit_pipeline_fits_what_pipeline_fit_fits(raw_train, specs, meta):
     model = fit_pipeline(compile_pipeline(specs, key=KEY, label=LABEL, types=types), raw_train)
     again = md.build_metadata(plan_features(specs, KEY, LABEL), md.fitted_values(model), schema=types)
     assert json.loads(md.dumps(again)) == meta
+
+
+def test_fit_features_fits_what_pipeline_fit_fits_in_two_waves(raw_train, specs):
+    from pyspark.sql import functions as F
+    from sparktrain.errors import DataError
+    from sparktrain.features import metadata as md
+    from sparktrain.features.compile import compile_pipeline, plan_features
+    from sparktrain.features.fit import fit_features
+
+    types = {f.name: f.dataType.simpleString() for f in raw_train.schema.fields}
+    plan = plan_features(specs, KEY, LABEL, types=types)
+    pipe = compile_pipeline(specs, key=KEY, label=LABEL, types=types)
+    train = "pmod(xxhash64(flight_id), 4) != 0"  # the sample is hash(flight_id) % 20 = 0
+    seen = []
+    result = fit_features(pipe, raw_train, plan, train=train, extra=[F.count(F.lit(1)).alias("rows")],
+                          check=seen.append)
+    expected = pipe.fit(raw_train.where(train))
+    assert seen == [{"rows": raw_train.count()}] and result.values == seen[0]
+    got, want = md.fitted_values(result.model), md.fitted_values(expected)
+    assert got["labels"] == want["labels"] and got["splits"] == want["splits"]
+    assert got["impute"] == pytest.approx(want["impute"], rel=1e-12)
+    assert result.fitted["impute"] == got["impute"]  # known without reading surrogateDF back
+    assert got["scale"].keys() == want["scale"].keys()
+    for col, (method, offset, scale) in want["scale"].items():
+        assert got["scale"][col][0] == method
+        assert got["scale"][col][1:] == pytest.approx((offset, scale), rel=1e-9), col
+    a = result.model.transform(raw_train).drop(LABEL)
+    b = expected.transform(raw_train).drop(LABEL).select([F.col(c).alias(f"b_{c}") for c in a.columns])
+    diffs = a.join(b, a[KEY] == b[f"b_{KEY}"]).select(
+        [F.max(F.abs(F.col(c) - F.col(f"b_{c}"))).alias(c) for c in a.columns if c != KEY]).first()
+    assert max(diffs) < 1e-6
+    with pytest.raises(DataError, match="stop here"):
+        fit_features(pipe, raw_train, plan, extra=[F.count(F.lit(1)).alias("rows")],
+                     check=lambda values: (_ for _ in ()).throw(DataError("stop here")))

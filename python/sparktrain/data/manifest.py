@@ -313,6 +313,28 @@ def estimate_row_bytes(schema: Any) -> int:
     return max(1, width(schema))
 
 
+def parquet_writer(df: Any, row_group_rows: int = 65536, compression: str = "zstd", *,
+                   row_bytes: int | None = None) -> Any:
+    """``df.write`` with the codec and row-group options of :func:`write_parquet` set (see there).
+
+    For writes :func:`write_parquet` does not cover (``partitionBy``...); the
+    caller builds the manifest(s) with :func:`build_manifest`.
+    """
+    if not isinstance(row_group_rows, int) or isinstance(row_group_rows, bool) or row_group_rows < 1:
+        raise ConfigError("row_group_rows", row_group_rows, "must be an integer >= 1 (e.g. 65536)")
+    if not isinstance(compression, str) or compression.lower() not in _COMPRESSIONS:
+        raise ConfigError("compression", compression, f"must be one of {', '.join(_COMPRESSIONS)}")
+    width = row_bytes if row_bytes is not None else estimate_row_bytes(df.schema)
+    if not isinstance(width, int) or width < 1:
+        raise ConfigError("row_bytes", row_bytes, "must be an integer >= 1 (bytes per row), or None to estimate")
+    block = max(64 << 10, row_group_rows * width)
+    log.info("Parquet writer: row groups ~%d rows, parquet.block.size=%d, %s", row_group_rows, block, compression)
+    return (df.write
+              .option("compression", "none" if compression.lower() == "uncompressed" else compression.lower())
+              .option("parquet.block.size", str(block))
+              .option("parquet.block.row.count.limit", str(row_group_rows)))
+
+
 def write_parquet(df: Any, path: str, row_group_rows: int = 65536, compression: str = "zstd", *,
                   mode: str = "errorifexists", row_bytes: int | None = None,
                   extra: Mapping[str, Any] | None = None, compute_digest: bool = True) -> dict[str, Any]:
@@ -355,21 +377,7 @@ def write_parquet(df: Any, path: str, row_group_rows: int = 65536, compression: 
     >>> with atomic_dir("/data/train") as staging:          # doctest: +SKIP
     ...     manifest = write_parquet(df, staging)
     """
-    if not isinstance(row_group_rows, int) or isinstance(row_group_rows, bool) or row_group_rows < 1:
-        raise ConfigError("row_group_rows", row_group_rows, "must be an integer >= 1 (e.g. 65536)")
-    if not isinstance(compression, str) or compression.lower() not in _COMPRESSIONS:
-        raise ConfigError("compression", compression, f"must be one of {', '.join(_COMPRESSIONS)}")
-    width = row_bytes if row_bytes is not None else estimate_row_bytes(df.schema)
-    if not isinstance(width, int) or width < 1:
-        raise ConfigError("row_bytes", row_bytes, "must be an integer >= 1 (bytes per row), or None to estimate")
-    block = max(64 << 10, row_group_rows * width)
-    log.info("writing Parquet to %s (row groups ~%d rows, parquet.block.size=%d, %s)",
-             path, row_group_rows, block, compression)
-    (df.write.mode(mode)
-       .option("compression", "none" if compression.lower() == "uncompressed" else compression.lower())
-       .option("parquet.block.size", str(block))
-       .option("parquet.block.row.count.limit", str(row_group_rows))
-       .parquet(path))
+    parquet_writer(df, row_group_rows, compression, row_bytes=row_bytes).mode(mode).parquet(path)
     manifest = build_manifest(path, extra=extra, compute_digest=compute_digest)
     manifest.setdefault("row_group_rows", row_group_rows)
     write_manifest(path, manifest)

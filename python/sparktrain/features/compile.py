@@ -35,7 +35,7 @@ any Spark work and :mod:`sparktrain.features.metadata` can read it back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import ConfigError
@@ -80,6 +80,9 @@ class FeaturePlan:
 
     specs: Tuple[FeatureSpec, ...]
     prepare: Dict[str, str] = field(default_factory=dict)  # intermediate column -> SQL expression
+    # numeric prepared column -> the same SQL that never raises (on_invalid: error gives null): for statistics
+    # computed in the same pass as the validation checks, which report bad values with a better message
+    stats_source: Dict[str, str] = field(default_factory=dict)
     impute: Dict[str, List[Tuple[str, str]]] = field(default_factory=dict)  # strategy -> [(in, out)]
     buckets: List[Tuple[str, str, int]] = field(default_factory=list)
     string_index: List[Tuple[str, str]] = field(default_factory=list)
@@ -189,6 +192,7 @@ def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None, label
         if isinstance(spec, NumericFeature):
             prep = plan.internal(n, "prep")
             plan.prepare[prep] = numeric_sql(spec, types.get(spec.source))
+            plan.stats_source[prep] = numeric_sql(replace(spec, on_invalid="impute"), types.get(spec.source))
             value = prep
             if spec.impute in ("mean", "median"):
                 value = plan.internal(n, "imp")

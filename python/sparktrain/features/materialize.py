@@ -41,7 +41,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from sparktrain.config import JobConfig, SplitConfig
 from sparktrain.features import metadata as md
-from sparktrain.features.compile import compile_pipeline, fit_pipeline, plan_features, quote, source_columns
+from sparktrain.features.compile import compile_pipeline, plan_features, quote, source_columns
+from sparktrain.features.fit import fit_features
 from sparktrain.features.validate import check_results, check_schema, validation_aggregates
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ SPLIT_BUCKETS = 10_000
 SPLIT_COLUMN = "sparktrain_split"
 PIPELINE_DIR = "pipeline_model"
 RAW_DIR = "_raw"
+SPLITS_DIR = "_splits"
 
 
 @dataclass(frozen=True)
@@ -158,46 +160,42 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
         from sparktrain.datasets import load_source
         df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
     types = check_schema(df.schema, specs, key, label)
+    plan = plan_features(specs, key=key, label=label, types=types)
     needed = _unique([*source_columns(specs), key, label])
     pipeline = compile_pipeline(specs, key=key, label=label, types=types)
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     out = cfg.output
-    checks = validation_aggregates(types, specs, key, label)
+    checks = validation_aggregates(types, specs, key, label, distinct=False)  # the fit counts them exactly
     checks += [F.expr(f"count_if({SPLIT_COLUMN} = '{s}')").alias(f"split_{s}") for s in SPLITS]
     tagged = (df.select(*[F.col(quote(c)) for c in needed])
               .withColumn(SPLIT_COLUMN, F.expr(split_expression(key, cfg.split))))
     with atomic_dir(out.path, overwrite=out.overwrite) as staging:
         raw = posixpath.join(staging, RAW_DIR)
+        counts: Dict[str, int] = {}
+
+        def check(values: Dict[str, Any]) -> None:
+            report = check_results(values, specs, label, types)
+            counts.update({s: int(values[f"split_{s}"]) for s in SPLITS})
+            log.info("preprocess: input checked (%s rows): split %s", f"{report.rows:,}", counts)
+
         if stage_input:
             with _step("stage input + validate", timings) as info:
                 obs = Observation("sparktrain_preprocess")
                 tagged.observe(obs, *checks).write.partitionBy(SPLIT_COLUMN).parquet(raw)
-                values = obs.get
-                info["rows"] = int(values["rows"])
+                info["rows"] = int(obs.get["rows"])
+            check(obs.get)
+            data, extra = spark.read.parquet(raw), []
         else:
-            with _step("validate", timings) as info:
-                values = tagged.agg(*checks).first().asDict()
-                info["rows"] = int(values["rows"])
-        report = check_results(values, specs, label, types)
-        counts = {s: int(values[f"split_{s}"]) for s in SPLITS}
-        log.info("preprocess: input checked (%s rows): split %s", f"{report.rows:,}", counts)
-        if stage_input:
-            raw_schema = spark.read.parquet(raw).drop(SPLIT_COLUMN).schema
-
-        def read_split(split: str):
-            if not stage_input:
-                return tagged.where(F.col(SPLIT_COLUMN) == split).drop(SPLIT_COLUMN)
-            if counts[split] == 0:
-                return spark.createDataFrame([], raw_schema)
-            return spark.read.parquet(posixpath.join(raw, f"{SPLIT_COLUMN}={split}"))
-
-        with _step("fit on train", timings) as info:
-            model = fit_pipeline(pipeline, read_split("train"))
+            data, extra = tagged, checks
+        train = f"{quote(SPLIT_COLUMN)} = 'train'"
+        with _step("fit on train" if stage_input else "validate + fit on train", timings) as info:
+            fit = fit_features(pipeline, data, plan, train=train, extra=extra,
+                               check=None if stage_input else check)
             info["rows"] = counts["train"]
-        meta = md.build_metadata(plan, md.fitted_values(model), schema=types, timezone=timezone)
+        meta = md.build_metadata(plan, fit.fitted, schema=types, timezone=timezone)
         md.check_vocabularies(meta)
         with _step("write splits", timings) as info:
-            manifests = _write_outputs(spark, model, read_split, staging, out)
+            manifests = _write_outputs(spark, fit.model, data, staging, out, split_expression(key, cfg.split))
             info["rows"] = sum(m["num_rows"] for m in manifests.values())
         meta["dataset"] = {
             "splits": {s: {"path": s, "rows": manifests[s]["num_rows"], "digest": manifests[s]["digest"]}
@@ -222,29 +220,49 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     return result
 
 
-def _write_outputs(spark: Any, model: Any, read_split: Any, staging: str, out: Any) -> Dict[str, Dict[str, Any]]:
-    """Save the model and write the three splits as concurrent Spark jobs (their driver-side work overlaps)."""
+def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any, split_sql: str
+                   ) -> Dict[str, Dict[str, Any]]:
+    """Transform every row once and write the splits as one partitioned Spark job, saving the model meanwhile.
+
+    The split is recomputed from the key (the final stage passes it through),
+    Spark writes ``_splits/sparktrain_split=<split>/``, and each folder is
+    renamed to ``<split>/`` inside the staging folder.  A split with no rows
+    gets an empty file that carries the schema.  Then one manifest per split.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
+    import pyarrow.fs as pafs
     from pyspark import inheritable_thread_target
+    from pyspark.sql import functions as F
 
-    from sparktrain.data.manifest import write_parquet
+    from sparktrain.data.manifest import build_manifest, estimate_row_bytes, parquet_writer, write_manifest
+    from sparktrain.features.persist import save_pipeline_model
 
-    def write(split: str) -> Dict[str, Any]:
-        t0 = time.perf_counter()
-        manifest = write_parquet(model.transform(read_split(split)), posixpath.join(staging, split),
-                                 row_group_rows=out.row_group_rows, compression=out.compression,
-                                 extra={"split": split, "features_json": "../" + md.FILE_NAME})
-        log.info("preprocess: wrote %s: %s rows in %.1f s", split, f"{manifest['num_rows']:,}",
-                 time.perf_counter() - t0)
-        return manifest
-
+    scored = model.transform(data)
+    width = estimate_row_bytes(scored.schema)
+    scored = scored.withColumn(SPLIT_COLUMN, F.expr(split_sql))
+    parts = posixpath.join(staging, SPLITS_DIR)
     inherit = inheritable_thread_target(spark)
-    with ThreadPoolExecutor(len(SPLITS) + 1) as pool:
-        saved = pool.submit(inherit(model.write().save), posixpath.join(staging, PIPELINE_DIR))
-        futures = {s: pool.submit(inherit(write), s) for s in SPLITS}
-        manifests = {s: f.result() for s, f in futures.items()}
+    with ThreadPoolExecutor(1) as pool:
+        saved = pool.submit(inherit(save_pipeline_model), model, posixpath.join(staging, PIPELINE_DIR))
+        (parquet_writer(scored, out.row_group_rows, out.compression, row_bytes=width)
+         .partitionBy(SPLIT_COLUMN).parquet(parts))
         saved.result()
+    fs, staging_inner = _fs(staging)
+    manifests = {}
+    for split in SPLITS:
+        target = posixpath.join(staging, split)
+        written = posixpath.join(staging_inner, SPLITS_DIR, f"{SPLIT_COLUMN}={split}")
+        if fs.get_file_info(written).type == pafs.FileType.NotFound:  # no rows: Spark wrote no folder
+            spark.createDataFrame([], scored.drop(SPLIT_COLUMN).schema).write.parquet(target)
+        else:
+            fs.move(written, posixpath.join(staging_inner, split))
+        manifest = build_manifest(target, extra={"split": split, "features_json": "../" + md.FILE_NAME})
+        manifest.setdefault("row_group_rows", out.row_group_rows)
+        write_manifest(target, manifest)
+        manifests[split] = manifest
+        log.info("preprocess: wrote %s: %s rows", split, f"{manifest['num_rows']:,}")
+    _delete_dir(parts)
     return manifests
 
 

@@ -17,7 +17,7 @@ SQL expressions, never Python UDFs.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model, Transformer
@@ -150,9 +150,19 @@ class ColumnScaler(Estimator, _ColumnScalerParams, DefaultParamsReadable, Defaul
         row = dataset.agg(*aggs).first()  # one row of statistics
         if row is None:  # pragma: no cover - a global aggregate always returns one row
             raise DataError("ColumnScaler: the statistics query returned no row")
+        return self.modelFromStatistics([(row[f"a{i}"], row[f"b{i}"]) for i in range(len(inputs))])
+
+    def modelFromStatistics(self, statistics: List[Any]) -> "ColumnScalerModel":
+        """The fitted model from per-column statistics computed elsewhere.
+
+        ``statistics`` holds one ``(mean, sample_std)`` pair per ``standard``
+        column and one ``(min, max)`` pair per ``minmax`` column, as ``fit``
+        computes them (non-null values; ``None`` when there are none).  Lets a
+        caller that already aggregated the data in a fused pass skip ``fit``'s
+        own pass; the scale rules stay here.
+        """
         offsets, scales = [], []
-        for i, (c, m) in enumerate(zip(inputs, methods)):
-            a, b = row[f"a{i}"], row[f"b{i}"]
+        for c, m, (a, b) in zip(self.getInputCols(), self.getMethods(), statistics):
             if a is None:
                 raise DataError(f"column '{c}' has no non-null values to fit a '{m}' scaler on. "
                                 f"Impute it first or drop the feature.")
@@ -262,27 +272,28 @@ class VocabularyIndexer(Estimator, _VocabularyIndexerParams, DefaultParamsReadab
         return self._set(outputCols=value)
 
     def _fit(self, dataset: DataFrame) -> "VocabularyIndexerModel":
-        from pyspark.sql import Window
-
         inputs, outputs = self.getInputCols(), self.getOutputCols()
         _check_lengths(inputs, outputs, "VocabularyIndexer")
         _require_columns(dataset, inputs, "the DataFrame given to VocabularyIndexer.fit")
-        n = len(inputs)
+        mins, caps = self.countBounds()
+        return self.modelFromLabels(top_values(dataset, [F.col(c) for c in inputs], mins, caps))
+
+    def countBounds(self) -> Tuple[List[int], List[int]]:
+        """Per input column: the minimum count and the most values :func:`top_values` must keep
+        (``min(maxVocabSize, vocabLimit + 1)``: one over the limit shows it is exceeded)."""
+        n = len(self.getInputCols())
         mins = _per_column(self.getMinFrequencies(), n, 1, "VocabularyIndexer.minFrequencies")
         maxes = _per_column(self.getMaxVocabSizes(), n, 0, "VocabularyIndexer.maxVocabSizes")
         limits = _per_column(self.getVocabLimits(), n, 10_000, "VocabularyIndexer.vocabLimits")
-        caps = [min(m, lim + 1) if m > 0 else lim + 1 for m, lim in zip(maxes, limits)]
-        pairs = dataset.select(F.explode(F.array(*[
-            F.struct(F.lit(i).alias("c"), F.col(c).cast("string").alias("v")) for i, c in enumerate(inputs)
-        ])).alias("p")).select("p.c", "p.v").where(F.col("v").isNotNull())
-        counts = pairs.groupBy("c", "v").count()
-        counts = counts.where(F.col("count") >= F.element_at(F.array(*map(F.lit, mins)), F.col("c") + 1))
-        window = Window.partitionBy("c").orderBy(F.desc("count"), F.asc("v"))
-        ranked = (counts.withColumn("r", F.row_number().over(window))
-                  .where(F.col("r") <= F.element_at(F.array(*map(F.lit, caps)), F.col("c") + 1)))
-        labels: List[List[str]] = [[] for _ in inputs]
-        for row in sorted(ranked.select("c", "r", "v").collect()):  # bounded: sum(caps) rows
-            labels[row["c"]].append(row["v"])
+        return mins, [min(m, lim + 1) if m > 0 else lim + 1 for m, lim in zip(maxes, limits)]
+
+    def modelFromLabels(self, labels: List[List[str]]) -> "VocabularyIndexerModel":
+        """The fitted model from per-column vocabularies counted elsewhere (:func:`top_values` with
+        :meth:`countBounds`); checks the limits."""
+        inputs = self.getInputCols()
+        n = len(inputs)
+        mins = _per_column(self.getMinFrequencies(), n, 1, "VocabularyIndexer.minFrequencies")
+        limits = _per_column(self.getVocabLimits(), n, 10_000, "VocabularyIndexer.vocabLimits")
         for i, c in enumerate(inputs):
             if len(labels[i]) > limits[i]:  # only possible without a max_vocab below the limit
                 raise DataError(
@@ -292,8 +303,39 @@ class VocabularyIndexer(Estimator, _VocabularyIndexerParams, DefaultParamsReadab
             if not labels[i]:
                 raise DataError(f"column '{c}' has no value seen at least {mins[i]} times (min_frequency), so "
                                 f"its vocabulary is empty. Lower min_frequency or drop the feature.")
-        model = VocabularyIndexerModel(labelsArray=labels)
+        model = VocabularyIndexerModel(labelsArray=[list(x) for x in labels])
         return self._copyValues(model)
+
+
+def top_values(dataset: DataFrame, columns: List[Any], mins: List[int], caps: List[int]) -> List[List[str]]:
+    """Per column: its non-null values (as text) seen at least ``mins[i]`` times, most frequent first, ties by
+    value, at most ``caps[i]`` of them (``StringIndexer``'s ``frequencyDesc`` order).
+
+    All columns are counted in one shuffle; only the kept values (``sum(caps)``
+    rows at most) reach the driver.
+    """
+    from pyspark.sql import Window
+
+    pairs = dataset.select(F.explode(F.array(*[
+        F.struct(F.lit(i).alias("c"), col.cast("string").alias("v")) for i, col in enumerate(columns)
+    ])).alias("p")).select("p.c", "p.v").where(F.col("v").isNotNull())
+    counts = pairs.groupBy("c", "v").count()
+    counts = counts.where(F.col("count") >= F.element_at(F.array(*map(F.lit, mins)), F.col("c") + 1))
+    labels: List[List[str]] = [[] for _ in columns]
+    bound = sum(caps) + 1
+    found = counts.limit(bound).collect()
+    if len(found) < bound:  # the usual case: every kept value fits in the bound, rank them here
+        for c, v, _ in sorted(found, key=lambda r: (r["c"], -r["count"], r["v"])):
+            if len(labels[c]) < caps[c]:
+                labels[c].append(v)
+        return labels
+    # many values: rank per column on the cluster, so only sum(caps) rows reach the driver
+    window = Window.partitionBy("c").orderBy(F.desc("count"), F.asc("v"))
+    ranked = (counts.withColumn("r", F.row_number().over(window))
+              .where(F.col("r") <= F.element_at(F.array(*map(F.lit, caps)), F.col("c") + 1)))
+    for row in sorted(ranked.select("c", "r", "v").collect()):
+        labels[row["c"]].append(row["v"])
+    return labels
 
 
 class VocabularyIndexerModel(Model, _VocabularyIndexerParams, DefaultParamsReadable, DefaultParamsWritable):
@@ -431,6 +473,7 @@ __all__ = [
     "ColumnScaler",
     "ColumnScalerModel",
     "FlatFeatureAssembler",
+    "top_values",
     "VocabularyIndexer",
     "VocabularyIndexerModel",
     "label_column",

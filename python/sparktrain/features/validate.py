@@ -83,8 +83,14 @@ def check_schema(schema: Any, specs: Sequence[FeatureSpec], key: Optional[str] =
 
 
 def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: Optional[str] = None,
-                          label: Optional[str] = None) -> List[Any]:
-    """All data checks as aggregate columns (aliases ``v<i>_<check>``), for one pass."""
+                          label: Optional[str] = None, distinct: bool = True) -> List[Any]:
+    """All data checks as aggregate columns (aliases ``v<i>_<check>``), for one pass.
+
+    ``distinct=False`` leaves out the approximate vocabulary-size check
+    (``approx_count_distinct``, an imperative aggregate that turns off code
+    generation for the whole pass), for a caller that counts vocabularies
+    exactly and bounded, as :func:`sparktrain.features.fit.fit_features` does.
+    """
     from pyspark.sql import functions as F
 
     exprs: List[Tuple[str, str]] = [("rows", "count(1)")]
@@ -110,8 +116,8 @@ def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec]
             exprs.append((f"v{i}_present", f"count(try_cast({s} AS {target}))"))
         else:
             exprs.append((f"v{i}_present", f"count({s})"))
-        if (isinstance(spec, CategoricalFeature) and spec.hash_buckets is None and spec.max_vocab is None
-                and spec.min_frequency == 1):
+        if (distinct and isinstance(spec, CategoricalFeature) and spec.hash_buckets is None
+                and spec.max_vocab is None and spec.min_frequency == 1):
             exprs.append((f"v{i}_distinct", f"approx_count_distinct({s}, 0.02)"))
     return [F.expr(e).alias(a) for a, e in exprs]
 

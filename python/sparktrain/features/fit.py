@@ -1,0 +1,357 @@
+r"""Fit a compiled feature pipeline in two waves of Spark jobs instead of one pass per estimator.
+
+``Pipeline.fit`` reads the data once per estimator, one after another: two
+``Imputer``\s, the indexers, then, on the imputed values, the
+``QuantileDiscretizer`` and the ``ColumnScaler``.  On a small cluster each of
+those passes costs more in job overhead than in work.  :func:`fit_features`
+fits the same stages of a pipeline built by
+:func:`~sparktrain.features.compile.compile_pipeline` in two waves:
+
+1. **One aggregation** over the data computes the caller's checks over all
+   rows (the validation of :mod:`sparktrain.features.validate`) and, over the
+   train rows only (``FILTER (WHERE ...)``), the count, mean, variance, min and
+   max of every numeric column an estimator reads, plus the median a median
+   ``Imputer`` needs (``percentile_approx`` at the Imputer's own relative
+   error; ``Imputer`` uses ``approxQuantile``, the same sketch).  The
+   ``StringIndexer`` and the ``VocabularyIndexer`` fit at the same time, as
+   concurrent jobs on the train rows.  ``check`` then sees the checks' values
+   and can raise before anything else happens.
+2. **Models from the statistics**, concurrently: each ``ImputerModel`` by
+   ``Imputer.fit`` on one row of its surrogates (the mean or median of one
+   value is that value: a job over one local row, not over the data); the
+   ``ColumnScalerModel`` from the moments of the imputed column, which are
+   exact functions of the non-null moments and the ``k`` imputed copies of the
+   surrogate (Chan et al.'s pairwise update); and the ``QuantileDiscretizer``
+   by a real ``fit`` on the imputed values, its only pass.
+
+The fitted stages are the ones ``Pipeline.fit`` gives (``tests/`` compare
+them).  A pipeline that is not ``compile_pipeline``'s shape falls back to
+:func:`~sparktrain.features.compile.fit_pipeline`.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from sparktrain.features.compile import FeaturePlan, fit_pipeline
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`fit_features` returns.
+
+    Attributes
+    ----------
+    model : pyspark.ml.PipelineModel
+        The fitted pipeline.
+    fitted : mapping
+        What the stages learned, as :func:`sparktrain.features.metadata.fitted_values` reads it.
+    values : mapping
+        The results of the ``extra`` aggregates (over all rows).
+    """
+
+    model: Any
+    fitted: Mapping[str, Mapping[str, Any]] = field(repr=False)
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+_MOMENTS = (("n", "count"), ("mean", "avg"), ("var", "var_samp"), ("min", "min"), ("max", "max"))
+
+
+def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optional[str] = None,
+                 extra: Sequence[Any] = (), check: Optional[Callable[[Dict[str, Any]], None]] = None) -> FitResult:
+    """Fit ``pipeline`` on the train rows of ``dataset`` in few passes (see the module docstring).
+
+    Parameters
+    ----------
+    pipeline : pyspark.ml.Pipeline
+        From :func:`~sparktrain.features.compile.compile_pipeline` for ``plan``'s specs.
+    dataset : DataFrame
+        The raw rows.
+    plan : FeaturePlan
+        ``plan_features`` of the same specs (and types) as ``pipeline``.
+    train : str, optional
+        SQL predicate selecting the rows to fit on; all rows when omitted.
+    extra : sequence of Column
+        Aggregate columns evaluated over *all* rows in the same pass; their
+        values are passed to ``check`` and returned.
+    check : callable, optional
+        Called with the ``extra`` values (a dict) before any model is built;
+        raise from it to stop.
+
+    Returns
+    -------
+    FitResult
+
+    Examples
+    --------
+    >>> types = {f.name: f.dataType.simpleString() for f in df.schema.fields}     # doctest: +SKIP
+    >>> plan = plan_features(specs, key="flight_id", label="late", types=types)   # doctest: +SKIP
+    >>> pipe = compile_pipeline(specs, key="flight_id", label="late", types=types)  # doctest: +SKIP
+    >>> fit_features(pipe, df, plan, train="split = 'train'").model                # doctest: +SKIP
+    PipelineModel_...
+    """
+    from pyspark import inheritable_thread_target
+    from pyspark.ml import PipelineModel
+    from pyspark.sql import functions as F
+
+    from sparktrain.features import metadata as md
+
+    stages = pipeline.getStages()
+    cond = train or "true"
+    layout = _layout(stages, plan)
+    if layout is None:  # not compile_pipeline's shape: validate, then fit stage by stage
+        values = dataset.agg(*extra).first().asDict() if extra else {}
+        if check is not None:
+            check(values)
+        model = fit_pipeline(pipeline, dataset.where(cond))
+        return FitResult(model, md.fitted_values(model), values)
+
+    sources, medians, limits = layout
+    flag = "__st_fit_row"
+    base = dataset.select("*", F.expr(cond).alias(flag),
+                          *[F.expr(plan.stats_source[c]).alias(f"__st_s{j}") for j, c in enumerate(sources)])
+    moments = [F.expr(f"{fn}(IF({flag}, __st_s{j}, NULL))").alias(f"__s{j}_{name}")
+               for j in range(len(sources)) for name, fn in _MOMENTS]
+    # percentile_approx is an imperative aggregate: next to the others it would turn off code generation for
+    # the whole aggregation, so the medians are their own (concurrent) job
+    median_aggs = [F.expr(f"percentile_approx(IF({flag}, __st_s{j}, NULL), 0.5, {medians[c]})")
+                   .alias(f"__s{j}_median") for j, c in enumerate(sources) if c in medians]
+    prepared = stages[0].transform(dataset.where(cond))
+    indexers = [k for k, st in enumerate(stages) if _kind(st) == "indexer"]
+    run = inheritable_thread_target(dataset.sparkSession)
+    with ThreadPoolExecutor(3) as pool:
+        jobs = [pool.submit(run(lambda: base.agg(F.expr(f"count_if({flag})").alias("__rows"), *extra, *moments)
+                                .first().asDict()))]
+        if median_aggs:
+            jobs.append(pool.submit(run(lambda: base.agg(*median_aggs).first().asDict())))
+        if indexers:
+            jobs.append(pool.submit(run(_count_labels), [stages[k] for k in indexers], prepared, limits))
+        errors = _results(jobs)  # every job done before anything raises
+    values = jobs[0].result()
+    if check is not None:
+        check({k: v for k, v in values.items() if not k.startswith("__")})
+    for error in errors:
+        raise error
+    if median_aggs:
+        values.update(jobs[1].result())
+    stats = {col: {name: values.get(f"__s{j}_{name}") for name, _ in (*_MOMENTS, ("median", ""))}
+             for j, col in enumerate(sources)}
+    models: Dict[int, Any] = {}
+    if indexers:
+        labels = iter(jobs[-1].result())
+        models.update({k: _indexer_model(stages[k], [next(labels) for _ in stages[k].getInputCols()], prepared)
+                       for k in indexers})
+    built, surrogates = _models_from_statistics(stages, stats, int(values["__rows"]), prepared, run)
+    models.update(built)
+    fitted_stages = [models.get(k, stage) for k, stage in enumerate(stages)]
+    model = PipelineModel(stages=fitted_stages)
+    # fitted_values would read each ImputerModel's surrogateDF back (a job each); the values are known
+    fitted = md.fitted_values(PipelineModel(stages=[s for s in fitted_stages if _kind(s) != "imputer_model"]))
+    fitted["impute"] = surrogates
+    return FitResult(model, fitted, {k: v for k, v in values.items() if not k.startswith("__")})
+
+
+def _kind(stage: Any) -> str:
+    from pyspark.ml.feature import (
+        Bucketizer,
+        Imputer,
+        ImputerModel,
+        QuantileDiscretizer,
+        SQLTransformer,
+        StringIndexer,
+    )
+
+    from sparktrain.features.stages import ColumnScaler, FlatFeatureAssembler, VocabularyIndexer
+
+    kinds = ((SQLTransformer, "prepare"), (Imputer, "imputer"), (ImputerModel, "imputer_model"),
+             (StringIndexer, "indexer"), (VocabularyIndexer, "indexer"), (QuantileDiscretizer, "discretizer"),
+             (Bucketizer, "bucketizer"), (ColumnScaler, "scaler"), (FlatFeatureAssembler, "assembler"))
+    return next((name for cls, name in kinds if isinstance(stage, cls)), "other")
+
+
+def _layout(stages: Sequence[Any], plan: FeaturePlan
+            ) -> Optional[Tuple[List[str], Dict[str, int], Dict[str, Any]]]:
+    """The numeric columns to aggregate, the median accuracy per column and the feature spec of each
+    StringIndexer column; None when the pipeline is not ``compile_pipeline``'s shape."""
+    from sparktrain.features.spec import CategoricalFeature
+
+    if not stages or _kind(stages[0]) != "prepare":
+        return None
+    kinds = [_kind(s) for s in stages[1:]]
+    if any(k not in ("imputer", "indexer", "discretizer", "scaler", "assembler") for k in kinds):
+        return None
+    imputed: Dict[str, str] = {}
+    medians: Dict[str, int] = {}
+    sources: List[str] = []
+    vocab = {plan.internal(s.name, "str"): s for s in plan.specs
+             if isinstance(s, CategoricalFeature) and s.hash_buckets is None}
+    limits: Dict[str, Any] = {}
+    for stage in stages[1:]:
+        kind = _kind(stage)
+        if kind == "indexer" and _is_string_indexer(stage):
+            if (not stage.isSet("inputCols") or stage.getHandleInvalid() != "keep"
+                    or stage.getStringOrderType() != "frequencyDesc"
+                    or any(c not in vocab for c in stage.getInputCols())):
+                return None
+            limits.update({c: vocab[c] for c in stage.getInputCols()})
+        if kind in ("indexer", "assembler"):
+            continue
+        inputs = stage.getInputCols() if stage.isSet("inputCols") else []
+        if kind == "imputer":
+            if not stage.isSet("outputCols") or not math.isnan(stage.getMissingValue()):
+                return None
+            imputed.update(zip(stage.getOutputCols(), inputs))
+            if stage.getStrategy() == "median":
+                medians.update({c: max(1, round(1 / stage.getRelativeError())) for c in inputs})
+            elif stage.getStrategy() != "mean":
+                return None
+        for c in inputs:
+            src = imputed.get(c, c)
+            if src not in plan.stats_source:
+                return None
+            if src not in sources:
+                sources.append(src)
+    return sources, medians, limits
+
+
+def _is_string_indexer(stage: Any) -> bool:
+    from pyspark.ml.feature import StringIndexer
+
+    return isinstance(stage, StringIndexer)
+
+
+def _count_labels(indexers: Sequence[Any], prepared: Any, specs: Mapping[str, Any]) -> List[List[str]]:
+    """Every indexer's vocabularies in one counting job (:func:`~sparktrain.features.stages.top_values`).
+
+    A StringIndexer column keeps at most ``vocab_limit + 1`` values, so a
+    vocabulary over its limit is refused without collecting it.
+    """
+    from pyspark.sql import functions as F
+
+    from sparktrain.errors import DataError
+    from sparktrain.features.stages import top_values
+
+    columns, mins, caps, owners = [], [], [], []
+    for stage in indexers:
+        inputs = stage.getInputCols()
+        if _is_string_indexer(stage):
+            lo, hi = [1] * len(inputs), [specs[c].vocab_limit + 1 for c in inputs]
+        else:
+            lo, hi = stage.countBounds()
+        columns += [F.col(c) for c in inputs]
+        mins += lo
+        caps += hi
+        owners += [(stage, c) for c in inputs]
+    labels = top_values(prepared, columns, mins, caps)
+    for (stage, c), found in zip(owners, labels):
+        spec = specs.get(c)
+        if spec is not None and _is_string_indexer(stage) and len(found) > spec.vocab_limit:
+            raise DataError(
+                f"column '{spec.source}' (feature '{spec.name}', categorical) has more than {spec.vocab_limit:,} "
+                f"distinct values, over its vocab_limit={spec.vocab_limit}. Set max_vocab to keep the most "
+                f"frequent ones, raise min_frequency or vocab_limit, or use hash_buckets: N.")
+    return labels
+
+
+def _indexer_model(stage: Any, labels: List[List[str]], prepared: Any) -> Any:
+    """The fitted indexer from its counted vocabularies (no pass over the data)."""
+    from pyspark.ml.feature import StringIndexerModel
+    from pyspark.sql.utils import is_remote
+
+    if not _is_string_indexer(stage):
+        return stage.modelFromLabels(labels)
+    if is_remote():  # no JVM handle on Spark Connect: fit it
+        return stage.fit(prepared)
+    # StringIndexerModel(labelsArray), as fit builds it.  PySpark's from_arrays_of_labels would pad ragged
+    # arrays with nulls (which moves a column's reserved index), so the Java String[][] is built here.
+    gateway = prepared.sparkSession.sparkContext._gateway
+    jarray = gateway.new_array(gateway.jvm.java.lang.String, len(labels), 0)
+    for i, values in enumerate(labels):
+        inner = gateway.new_array(gateway.jvm.java.lang.String, len(values))
+        for j, v in enumerate(values):
+            inner[j] = v
+        jarray[i] = inner
+    model = StringIndexerModel._create_from_java_class("org.apache.spark.ml.feature.StringIndexerModel",
+                                                       stage.uid, jarray)
+    return stage._copyValues(model)
+
+
+def _results(futures: Sequence[Future]) -> List[BaseException]:
+    errors = []
+    for f in futures:
+        e = f.exception()
+        if e is not None:
+            errors.append(e)
+    return errors
+
+
+def _models_from_statistics(stages: Sequence[Any], stats: Mapping[str, Mapping[str, Any]], rows: int,
+                            prepared: Any, run: Callable) -> Tuple[Dict[int, Any], Dict[str, float]]:
+    """Wave 2: Imputer models, the scaler model and the discretizer, from wave 1's statistics.
+
+    Returns the fitted stages by position and the surrogate of each imputed input column.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    spark = prepared.sparkSession
+    surrogate: Dict[str, float] = {}
+    source: Dict[str, str] = {}
+    jobs: Dict[int, Any] = {}
+    out: Dict[int, Any] = {}
+    with ThreadPoolExecutor(4) as pool:
+        for k, stage in enumerate(stages):
+            kind = _kind(stage)
+            if kind == "imputer":
+                inputs, key = stage.getInputCols(), stage.getStrategy()
+                vals = [stats[c][key] for c in inputs]
+                for c, o, v in zip(inputs, stage.getOutputCols(), vals):
+                    source[o] = c
+                    if v is not None:
+                        surrogate[o] = float(v)
+                if any(v is None for v in vals):  # nothing to impute from: Imputer.fit raises its own error
+                    stage.fit(prepared)
+                one = spark.createDataFrame([tuple(float(v) for v in vals)],
+                                            T.StructType([T.StructField(c, T.DoubleType()) for c in inputs]))
+                jobs[k] = pool.submit(run(stage.fit), one)
+            elif kind == "discretizer":
+                fill = {c: F.coalesce(F.col(source[c]), F.lit(surrogate[c])) for c in stage.getInputCols()
+                        if c in surrogate}
+                jobs[k] = pool.submit(run(stage.fit), prepared.withColumns(fill) if fill else prepared)
+            elif kind == "scaler":
+                moments = [_imputed_moments(stats[source.get(c, c)], surrogate.get(c), rows, m)
+                           for c, m in zip(stage.getInputCols(), stage.getMethods())]
+                out[k] = stage.modelFromStatistics(moments)
+        errors = _results(list(jobs.values()))
+        for error in errors:
+            raise error
+        out.update({k: f.result() for k, f in jobs.items()})
+    return out, {source[o]: v for o, v in surrogate.items()}
+
+
+def _imputed_moments(s: Mapping[str, Any], fill: Optional[float], rows: int, method: str
+                     ) -> Tuple[Optional[float], Optional[float]]:
+    """(mean, sample std) or (min, max) of a column once its nulls hold ``fill`` (None: left as they are)."""
+    n1 = int(s["n"] or 0)
+    if n1 == 0:
+        return (fill, None) if fill is not None and rows else (None, None)
+    k = rows - n1 if fill is not None else 0
+    if method == "minmax":
+        lo, hi = float(s["min"]), float(s["max"])
+        return (min(lo, fill), max(hi, fill)) if k and fill is not None else (lo, hi)
+    mean1, var1 = float(s["mean"]), s["var"]
+    m2 = float(var1) * (n1 - 1) if var1 is not None and math.isfinite(var1) else 0.0
+    if not k or fill is None:
+        return mean1, (math.sqrt(m2 / (n1 - 1)) if n1 > 1 else None)
+    n = n1 + k
+    delta = fill - mean1
+    mean = mean1 + delta * k / n
+    m2 += delta * delta * n1 * k / n
+    return mean, (math.sqrt(m2 / (n - 1)) if n > 1 else None)
+
+
+__all__ = ["FitResult", "fit_features"]
