@@ -295,3 +295,26 @@ def test_fit_features_fits_what_pipeline_fit_fits_in_two_waves(raw_train, specs)
     with pytest.raises(DataError, match="stop here"):
         fit_features(pipe, raw_train, plan, extra=[F.count(F.lit(1)).alias("rows")],
                      check=lambda values: (_ for _ in ()).throw(DataError("stop here")))
+
+
+def test_save_pipeline_model_writes_what_pipeline_model_save_writes(spark, model, raw_path, tmp_path):
+    import os
+
+    from pyspark.ml import PipelineModel
+    from sparktrain.features.persist import save_pipeline_model
+
+    save_pipeline_model(model, str(tmp_path / "ours"))
+    model.write().save(str(tmp_path / "spark"))
+
+    def layout(root):  # the folders holding data (Spark names its part files with a uuid)
+        return sorted(os.path.relpath(d, root) for d, _, files in os.walk(root)
+                      if any(not f.startswith((".", "_")) for f in files))
+
+    assert layout(tmp_path / "ours") == layout(tmp_path / "spark")
+    loaded = PipelineModel.load(str(tmp_path / "ours"))
+    assert [s.uid for s in loaded.stages] == [s.uid for s in model.stages]
+    raw = spark.read.parquet(raw_path)
+    a, b = model.transform(raw), loaded.transform(raw)
+    assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
+    with pytest.raises(FileExistsError, match="already exists"):
+        save_pipeline_model(model, str(tmp_path / "ours"))
