@@ -132,6 +132,25 @@ def test_bad_input_fails_before_writing_anything(spark, flights_sample, tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_vocabulary_over_its_limit_is_refused_exactly_without_writing(spark, sample_dir, tmp_path):
+    from sparktrain.features.materialize import materialize
+
+    tails = spark.read.parquet(sample_dir).where("pmod(xxhash64(CAST(42 AS BIGINT), flight_id), 10000) < 8000") \
+        .select("tailnum").distinct().where("tailnum IS NOT NULL").count()
+    assert tails > 50
+    cfg = _cfg(tmp_path / "dataset", source=sample_dir,  # Parquet source: checks and fit share one pass
+               features=[{"name": "tailnum", "type": "categorical", "vocab_limit": 50},
+                         {"name": "distance", "type": "numeric"}])
+    with pytest.raises(DataError, match=r"column 'tailnum' \(feature 'tailnum', categorical\) has more than 50 "
+                                        r"distinct values, over its vocab_limit=50\. Set max_vocab"):
+        materialize(spark, cfg)
+    assert list(tmp_path.iterdir()) == []
+    ok = replace(cfg, output=replace(cfg.output, path=str(tmp_path / "ok")),
+                 features=tuple(replace(f, vocab_limit=tails) if f.name == "tailnum" else f for f in cfg.features))
+    result = materialize(spark, ok)  # exactly at the limit: accepted
+    assert next(f for f in result.features["features"] if f["name"] == "tailnum")["vocab_size"] == tails
+
+
 def test_overwrite_false_refuses_an_existing_dataset(spark, flights_sample, tmp_path):
     from sparktrain.features.materialize import materialize
 
