@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from sparktrain.features.compile import FeaturePlan, fit_pipeline
 
@@ -110,39 +110,47 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
         model = fit_pipeline(pipeline, dataset.where(cond))
         return FitResult(model, md.fitted_values(model), values)
 
-    sources, medians, limits = layout
+    needs, medians, string_specs = layout
+    sources = list(needs)
     flag = "__st_fit_row"
-    base = dataset.select("*", F.expr(cond).alias(flag),
+    base = dataset.select(F.expr(cond).alias(flag),
                           *[F.expr(plan.stats_source[c]).alias(f"__st_s{j}") for j, c in enumerate(sources)])
-    moments = [F.expr(f"{fn}(IF({flag}, __st_s{j}, NULL))").alias(f"__s{j}_{name}")
-               for j in range(len(sources)) for name, fn in _MOMENTS]
+    moments = [F.expr(f"count_if({flag})").alias("__rows")]
+    moments += [F.expr(f"{fn}(IF({flag}, __st_s{j}, NULL))").alias(f"__s{j}_{name}")
+                for j, c in enumerate(sources) for name, fn in _MOMENTS if name in needs[c]]
     # percentile_approx is an imperative aggregate: next to the others it would turn off code generation for
-    # the whole aggregation, so the medians are their own (concurrent) job
+    # the whole aggregation, so the medians are their own job.  The checks are their own job too: one
+    # aggregation with ~100 functions generates a method too large for the JIT, slower than two scans.
     median_aggs = [F.expr(f"percentile_approx(IF({flag}, __st_s{j}, NULL), 0.5, {medians[c]})")
                    .alias(f"__s{j}_median") for j, c in enumerate(sources) if c in medians]
     prepared = stages[0].transform(dataset.where(cond))
     indexers = [k for k, st in enumerate(stages) if _kind(st) == "indexer"]
     run = inheritable_thread_target(dataset.sparkSession)
-    with ThreadPoolExecutor(3) as pool:
-        jobs = [pool.submit(run(lambda: base.agg(F.expr(f"count_if({flag})").alias("__rows"), *extra, *moments)
-                                .first().asDict()))]
+
+    def first(frame: Any, aggs: Sequence[Any]) -> Dict[str, Any]:
+        return frame.agg(*aggs).first().asDict()
+
+    with ThreadPoolExecutor(4) as pool:
+        checks = pool.submit(run(first), dataset, extra) if extra else None
+        jobs = [pool.submit(run(first), base, moments)]
         if median_aggs:
-            jobs.append(pool.submit(run(lambda: base.agg(*median_aggs).first().asDict())))
-        if indexers:
-            jobs.append(pool.submit(run(_count_labels), [stages[k] for k in indexers], prepared, limits))
-        errors = _results(jobs)  # every job done before anything raises
-    values = jobs[0].result()
+            jobs.append(pool.submit(run(first), base, median_aggs))
+        counted = (pool.submit(run(_count_labels), [stages[k] for k in indexers], prepared, string_specs)
+                   if indexers else None)
+        errors = _results([f for f in (checks, *jobs, counted) if f is not None])  # all done before raising
+    checked = checks.result() if checks is not None else {}
     if check is not None:
-        check({k: v for k, v in values.items() if not k.startswith("__")})
+        check(checked)
     for error in errors:
         raise error
-    if median_aggs:
-        values.update(jobs[1].result())
+    values: Dict[str, Any] = {}
+    for job in jobs:
+        values.update(job.result())
     stats = {col: {name: values.get(f"__s{j}_{name}") for name, _ in (*_MOMENTS, ("median", ""))}
              for j, col in enumerate(sources)}
     models: Dict[int, Any] = {}
-    if indexers:
-        labels = iter(jobs[-1].result())
+    if counted is not None:
+        labels = iter(counted.result())
         models.update({k: _indexer_model(stages[k], [next(labels) for _ in stages[k].getInputCols()], prepared)
                        for k in indexers})
     built, surrogates = _models_from_statistics(stages, stats, int(values["__rows"]), prepared, run)
@@ -152,7 +160,7 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     # fitted_values would read each ImputerModel's surrogateDF back (a job each); the values are known
     fitted = md.fitted_values(PipelineModel(stages=[s for s in fitted_stages if _kind(s) != "imputer_model"]))
     fitted["impute"] = surrogates
-    return FitResult(model, fitted, {k: v for k, v in values.items() if not k.startswith("__")})
+    return FitResult(model, fitted, checked)
 
 
 def _kind(stage: Any) -> str:
@@ -174,9 +182,14 @@ def _kind(stage: Any) -> str:
 
 
 def _layout(stages: Sequence[Any], plan: FeaturePlan
-            ) -> Optional[Tuple[List[str], Dict[str, int], Dict[str, Any]]]:
-    """The numeric columns to aggregate, the median accuracy per column and the feature spec of each
-    StringIndexer column; None when the pipeline is not ``compile_pipeline``'s shape."""
+            ) -> Optional[Tuple[Dict[str, Set[str]], Dict[str, int], Dict[str, Any]]]:
+    """What wave 1 must compute, or None when the pipeline is not ``compile_pipeline``'s shape.
+
+    Returns the moments needed per prepared numeric column (an Imputer's
+    mean, a scaler's count/mean/variance or count/min/max), the median
+    accuracy per median-imputed column and the feature spec of each
+    StringIndexer column.
+    """
     from sparktrain.features.spec import CategoricalFeature
 
     if not stages or _kind(stages[0]) != "prepare":
@@ -186,10 +199,10 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
         return None
     imputed: Dict[str, str] = {}
     medians: Dict[str, int] = {}
-    sources: List[str] = []
+    needs: Dict[str, Set[str]] = {}
     vocab = {plan.internal(s.name, "str"): s for s in plan.specs
              if isinstance(s, CategoricalFeature) and s.hash_buckets is None}
-    limits: Dict[str, Any] = {}
+    string_specs: Dict[str, Any] = {}
     for stage in stages[1:]:
         kind = _kind(stage)
         if kind == "indexer" and _is_string_indexer(stage):
@@ -197,25 +210,29 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
                     or stage.getStringOrderType() != "frequencyDesc"
                     or any(c not in vocab for c in stage.getInputCols())):
                 return None
-            limits.update({c: vocab[c] for c in stage.getInputCols()})
+            string_specs.update({c: vocab[c] for c in stage.getInputCols()})
         if kind in ("indexer", "assembler"):
             continue
         inputs = stage.getInputCols() if stage.isSet("inputCols") else []
+        if any(imputed.get(c, c) not in plan.stats_source for c in inputs):
+            return None
         if kind == "imputer":
             if not stage.isSet("outputCols") or not math.isnan(stage.getMissingValue()):
                 return None
             imputed.update(zip(stage.getOutputCols(), inputs))
             if stage.getStrategy() == "median":
                 medians.update({c: max(1, round(1 / stage.getRelativeError())) for c in inputs})
-            elif stage.getStrategy() != "mean":
+                needs.update({c: needs.get(c, set()) for c in inputs})
+            elif stage.getStrategy() == "mean":
+                needs.update({c: needs.get(c, set()) | {"mean"} for c in inputs})
+            else:
                 return None
-        for c in inputs:
-            src = imputed.get(c, c)
-            if src not in plan.stats_source:
-                return None
-            if src not in sources:
-                sources.append(src)
-    return sources, medians, limits
+        elif kind == "scaler":
+            for c, method in zip(inputs, stage.getMethods()):
+                src = imputed.get(c, c)
+                needs[src] = needs.get(src, set()) | ({"n", "mean", "var"} if method == "standard"
+                                                     else {"n", "min", "max"})
+    return needs, medians, string_specs
 
 
 def _is_string_indexer(stage: Any) -> bool:
