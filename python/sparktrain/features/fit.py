@@ -104,11 +104,11 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     cond = train or "true"
     layout = _layout(stages, plan)
     if layout is None:  # not compile_pipeline's shape: validate, then fit stage by stage
-        values = dataset.agg(*extra).first().asDict() if extra else {}
+        checked_all = dataset.agg(*extra).first().asDict() if extra else {}
         if check is not None:
-            check(values)
+            check(checked_all)
         model = fit_pipeline(pipeline, dataset.where(cond))
-        return FitResult(model, md.fitted_values(model), values)
+        return FitResult(model, md.fitted_values(model), checked_all)
 
     needs, medians, string_specs = layout
     sources = list(needs)
