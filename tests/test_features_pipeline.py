@@ -318,3 +318,23 @@ def test_save_pipeline_model_writes_what_pipeline_model_save_writes(spark, model
     assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
     with pytest.raises(FileExistsError, match="already exists"):
         save_pipeline_model(model, str(tmp_path / "ours"))
+
+
+def test_fit_features_falls_back_to_stage_by_stage_for_other_pipelines(raw_train, specs):
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import SQLTransformer
+    from pyspark.sql import functions as F
+    from sparktrain.features import metadata as md
+    from sparktrain.features.compile import compile_pipeline, plan_features
+    from sparktrain.features.fit import fit_features
+
+    types = {f.name: f.dataType.simpleString() for f in raw_train.schema.fields}
+    plan = plan_features(specs, KEY, LABEL, types=types)
+    compiled = compile_pipeline(specs, key=KEY, label=LABEL, types=types)
+    extended = Pipeline(stages=[*compiled.getStages(), SQLTransformer(statement="SELECT * FROM __THIS__")])
+    seen = []
+    result = fit_features(extended, raw_train, plan, extra=[F.count(F.lit(1)).alias("rows")], check=seen.append)
+    assert seen == [{"rows": raw_train.count()}] and len(result.model.stages) == len(extended.getStages())
+    fused = fit_features(compiled, raw_train, plan)
+    assert result.fitted["labels"] == fused.fitted["labels"] == md.fitted_values(result.model)["labels"]
+    assert result.fitted["impute"] == pytest.approx(fused.fitted["impute"], rel=1e-12)

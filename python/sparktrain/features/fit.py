@@ -7,22 +7,26 @@ those passes costs more in job overhead than in work.  :func:`fit_features`
 fits the same stages of a pipeline built by
 :func:`~sparktrain.features.compile.compile_pipeline` in two waves:
 
-1. **One aggregation** over the data computes the caller's checks over all
-   rows (the validation of :mod:`sparktrain.features.validate`) and, over the
-   train rows only (``FILTER (WHERE ...)``), the count, mean, variance, min and
-   max of every numeric column an estimator reads, plus the median a median
-   ``Imputer`` needs (``percentile_approx`` at the Imputer's own relative
-   error; ``Imputer`` uses ``approxQuantile``, the same sketch).  The
-   ``StringIndexer`` and the ``VocabularyIndexer`` fit at the same time, as
-   concurrent jobs on the train rows.  ``check`` then sees the checks' values
-   and can raise before anything else happens.
-2. **Models from the statistics**, concurrently: each ``ImputerModel`` by
+1. **Statistics**, as concurrent jobs: the caller's checks over all rows (the
+   validation of :mod:`sparktrain.features.validate`); over the train rows,
+   only the moments the stages need (an Imputer's mean; a scaler's count,
+   mean and variance, or count, min and max); the medians of median Imputers
+   (``percentile_approx`` at the Imputer's own relative error, the sketch
+   ``approxQuantile`` uses); and one bounded count of every indexed column's
+   values (:func:`~sparktrain.features.stages.top_values`).  ``check`` then
+   sees the checks' values and can raise before anything is built.
+2. **Models from the statistics**: ``StringIndexerModel`` and
+   ``VocabularyIndexerModel`` from the counts; each ``ImputerModel`` by
    ``Imputer.fit`` on one row of its surrogates (the mean or median of one
    value is that value: a job over one local row, not over the data); the
-   ``ColumnScalerModel`` from the moments of the imputed column, which are
-   exact functions of the non-null moments and the ``k`` imputed copies of the
+   ``ColumnScalerModel`` from the moments of the imputed column, exact
+   functions of the non-null moments and the ``k`` imputed copies of the
    surrogate (Chan et al.'s pairwise update); and the ``QuantileDiscretizer``
    by a real ``fit`` on the imputed values, its only pass.
+
+Jobs are kept apart on purpose: ``percentile_approx`` is an imperative
+aggregate that turns off code generation for its whole aggregation, and one
+aggregation of ~100 functions compiles to a method too large for the JIT.
 
 The fitted stages are the ones ``Pipeline.fit`` gives (``tests/`` compare
 them).  A pipeline that is not ``compile_pipeline``'s shape falls back to
@@ -118,9 +122,7 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     moments = [F.expr(f"count_if({flag})").alias("__rows")]
     moments += [F.expr(f"{fn}(IF({flag}, __st_s{j}, NULL))").alias(f"__s{j}_{name}")
                 for j, c in enumerate(sources) for name, fn in _MOMENTS if name in needs[c]]
-    # percentile_approx is an imperative aggregate: next to the others it would turn off code generation for
-    # the whole aggregation, so the medians are their own job.  The checks are their own job too: one
-    # aggregation with ~100 functions generates a method too large for the JIT, slower than two scans.
+    # separate jobs: see the module docstring (codegen and JIT limits)
     median_aggs = [F.expr(f"percentile_approx(IF({flag}, __st_s{j}, NULL), 0.5, {medians[c]})")
                    .alias(f"__s{j}_median") for j, c in enumerate(sources) if c in medians]
     prepared = stages[0].transform(dataset.where(cond))
