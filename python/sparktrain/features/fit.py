@@ -116,16 +116,15 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
 
     needs, medians, string_specs = layout
     sources = list(needs)
-    flag = "__st_fit_row"
-    base = dataset.select(F.expr(cond).alias(flag),
-                          *[F.expr(plan.stats_source[c]).alias(f"__st_s{j}") for j, c in enumerate(sources)])
-    moments = [F.expr(f"count_if({flag})").alias("__rows")]
-    moments += [F.expr(f"{fn}(IF({flag}, __st_s{j}, NULL))").alias(f"__s{j}_{name}")
+    train_rows = dataset.where(cond)
+    base = train_rows.select(*[F.expr(plan.stats_source[c]).alias(f"__st_s{j}") for j, c in enumerate(sources)])
+    moments = [F.count(F.lit(1)).alias("__rows")]
+    moments += [F.expr(f"{fn}(__st_s{j})").alias(f"__s{j}_{name}")
                 for j, c in enumerate(sources) for name, fn in _MOMENTS if name in needs[c]]
     # separate jobs: see the module docstring (codegen and JIT limits)
-    median_aggs = [F.expr(f"percentile_approx(IF({flag}, __st_s{j}, NULL), 0.5, {medians[c]})")
-                   .alias(f"__s{j}_median") for j, c in enumerate(sources) if c in medians]
-    prepared = stages[0].transform(dataset.where(cond))
+    median_aggs = [F.expr(f"percentile_approx(__st_s{j}, 0.5, {medians[c]})").alias(f"__s{j}_median")
+                   for j, c in enumerate(sources) if c in medians]
+    prepared = stages[0].transform(train_rows)
     indexers = [k for k, st in enumerate(stages) if _kind(st) == "indexer"]
     run = inheritable_thread_target(dataset.sparkSession)
 
