@@ -2,22 +2,26 @@
 
 :func:`materialize` does, in this order (each step logged with its rows and seconds):
 
-1. **stage input + validate**: one pass over the source that assigns each row
-   its split (``pmod(xxhash64(seed, key), 10000)`` against the split
-   fractions, so the same key lands in the same split on every run and every
-   cluster size), writes the columns the spec reads to ``_raw/`` partitioned
-   by split and, through ``DataFrame.observe``, runs every data check of
-   :mod:`sparktrain.features.validate` in the same pass.  An expensive source
-   (the flights CSV join, any DataFrame) is computed once; every later pass
-   reads narrow Parquet.  When the source is ``data.source``'s own Parquet,
-   which is cheap to re-read, this step is only the one aggregation pass.
-2. raise on bad input, before any fitting.
-3. **fit** the compiled ``Pipeline`` on the train split only
-   (:func:`~sparktrain.features.compile.fit_pipeline`).
-4. **write splits**: each split with :func:`sparktrain.data.manifest.write_parquet`
-   (row groups of ``output.row_group_rows``, ``output.compression``, a
-   ``_manifest.json`` per split) and ``pipeline_model/``, as concurrent jobs;
-   then ``features.json``.
+1. **stage input + validate** (a DataFrame or the flights join as input): one
+   pass over the source that assigns each row its split
+   (``pmod(xxhash64(seed, key), 10000)`` against the split fractions, so the
+   same key lands in the same split on every run and every cluster size),
+   writes the columns the spec reads to ``staged_input/`` partitioned by split
+   and, through ``DataFrame.observe``, runs every data check of
+   :mod:`sparktrain.features.validate` in the same pass; then raises on bad
+   input.  An expensive source is computed once; every later pass reads
+   narrow Parquet.  When the source is ``data.source``'s own Parquet, which is
+   cheap to re-read, there is no staging: the checks run as one job of step 2.
+2. **fit on train** with :func:`sparktrain.features.fit.fit_features`: the
+   statistics of every estimator in one wave of concurrent jobs over the train
+   rows (with the checks, which raise before any model is built), then the
+   models from those statistics.
+3. **write splits**: every row transformed once and written in one
+   ``partitionBy(split)`` job (row groups of ``output.row_group_rows``,
+   ``output.compression``), moved into ``train/``, ``validation/``, ``test/``
+   with a ``_manifest.json`` each, while ``pipeline_model/`` is saved
+   (:func:`sparktrain.features.persist.save_pipeline_model`); then
+   ``features.json``.
 
 Everything goes to a staging folder that :func:`sparktrain.data.manifest.atomic_dir`
 renames to ``output.path`` only at the end, so a failed run leaves nothing
@@ -51,7 +55,7 @@ SPLITS = ("train", "validation", "test")
 SPLIT_BUCKETS = 10_000
 SPLIT_COLUMN = "sparktrain_split"
 PIPELINE_DIR = "pipeline_model"
-RAW_DIR = "_raw"
+RAW_DIR = "staged_input"  # no leading "_" or ".": Spark ignores such a path given to spark.read
 SPLITS_DIR = "_splits"
 
 
