@@ -338,3 +338,20 @@ def test_fit_features_falls_back_to_stage_by_stage_for_other_pipelines(raw_train
     fused = fit_features(compiled, raw_train, plan)
     assert result.fitted["labels"] == fused.fitted["labels"] == md.fitted_values(result.model)["labels"]
     assert result.fitted["impute"] == pytest.approx(fused.fitted["impute"], rel=1e-12)
+
+
+def test_fit_features_names_the_column_with_nothing_to_fit_on(raw_train):
+    from sparktrain.errors import DataError
+    from sparktrain.features.compile import compile_pipeline, plan_features
+    from sparktrain.features.fit import fit_features
+
+    specs = parse_features([{"name": "temp", "type": "numeric"}, {"name": "distance", "type": "numeric"}])
+    types = {f.name: f.dataType.simpleString() for f in raw_train.schema.fields}
+    plan = plan_features(specs, KEY, LABEL, types=types)
+    pipe = compile_pipeline(specs, key=KEY, label=LABEL, types=types)
+    with pytest.raises(DataError, match=r"column 'temp' \(feature 'temp'\) has no usable value in the \d+ rows "
+                                        r"the features are fitted on .* use impute: constant"):
+        fit_features(pipe, raw_train, plan, train="temp IS NULL")  # present elsewhere, null in every fit row
+    with pytest.raises(DataError, match=r"no rows to fit the features on: the predicate 'distance < 0' selects "
+                                        r"none"):
+        fit_features(pipe, raw_train, plan, train="distance < 0")

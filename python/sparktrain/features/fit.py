@@ -40,7 +40,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from sparktrain.errors import DataError
 from sparktrain.features.compile import FeaturePlan, fit_pipeline
+from sparktrain.features.spec import NumericFeature
 
 
 @dataclass(frozen=True)
@@ -149,12 +151,18 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
         values.update(job.result())
     stats = {col: {name: values.get(f"__s{j}_{name}") for name, _ in (*_MOMENTS, ("median", ""))}
              for j, col in enumerate(sources)}
+    rows = int(values["__rows"])
+    if rows == 0:
+        raise DataError(f"no rows to fit the features on: the predicate {cond!r} selects none of the input "
+                        f"(for materialize: the train split is empty; check split.train and data.key)")
+    names = {plan.internal(spec.name, "prep"): f"column '{spec.source}' (feature '{spec.name}')"
+             for spec in plan.specs if isinstance(spec, NumericFeature)}
     models: Dict[int, Any] = {}
     if counted is not None:
         labels = iter(counted.result())
         models.update({k: _indexer_model(stages[k], [next(labels) for _ in stages[k].getInputCols()], prepared)
                        for k in indexers})
-    built, surrogates = _models_from_statistics(stages, stats, int(values["__rows"]), prepared, run)
+    built, surrogates = _models_from_statistics(stages, stats, rows, prepared, run, names)
     models.update(built)
     fitted_stages = [models.get(k, stage) for k, stage in enumerate(stages)]
     model = PipelineModel(stages=fitted_stages)
@@ -250,7 +258,6 @@ def _count_labels(indexers: Sequence[Any], prepared: Any, specs: Mapping[str, An
     """
     from pyspark.sql import functions as F
 
-    from sparktrain.errors import DataError
     from sparktrain.features.stages import top_values
 
     columns, mins, caps, owners = [], [], [], []
@@ -308,7 +315,8 @@ def _results(futures: Sequence[Future]) -> List[BaseException]:
 
 
 def _models_from_statistics(stages: Sequence[Any], stats: Mapping[str, Mapping[str, Any]], rows: int,
-                            prepared: Any, run: Callable) -> Tuple[Dict[int, Any], Dict[str, float]]:
+                            prepared: Any, run: Callable, names: Mapping[str, str]
+                            ) -> Tuple[Dict[int, Any], Dict[str, float]]:
     """Wave 2: Imputer models, the scaler model and the discretizer, from wave 1's statistics.
 
     Returns the fitted stages by position and the surrogate of each imputed input column.
@@ -331,8 +339,12 @@ def _models_from_statistics(stages: Sequence[Any], stats: Mapping[str, Mapping[s
                     source[o] = c
                     if v is not None:
                         surrogate[o] = float(v)
-                if any(v is None for v in vals):  # nothing to impute from: Imputer.fit raises its own error
-                    stage.fit(prepared)
+                missing = [c for c, v in zip(inputs, vals) if v is None]
+                if missing:
+                    raise DataError(
+                        f"{names.get(missing[0], repr(missing[0]))} has no usable value in the {rows:,} rows "
+                        f"the features are fitted on (the train split), so there is nothing to impute "
+                        f"{key} from. Check the split (data.key, split.*) or use impute: constant.")
                 one = spark.createDataFrame([tuple(float(v) for v in vals)],
                                             T.StructType([T.StructField(c, T.DoubleType()) for c in inputs]))
                 jobs[k] = pool.submit(run(stage.fit), one)
