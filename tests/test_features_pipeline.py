@@ -355,3 +355,24 @@ def test_fit_features_names_the_column_with_nothing_to_fit_on(raw_train):
     with pytest.raises(DataError, match=r"no rows to fit the features on: the predicate 'distance < 0' selects "
                                         r"none"):
         fit_features(pipe, raw_train, plan, train="distance < 0")
+
+
+def test_fit_features_constant_column_with_nulls_scales_like_pipeline_fit(spark):
+    from sparktrain.features import metadata as md
+    from sparktrain.features.compile import compile_pipeline, plan_features
+    from sparktrain.features.fit import fit_features
+
+    specs = parse_features([{"name": "x", "type": "numeric", "impute": "median", "scale": "standard"},
+                            {"name": "y", "type": "numeric", "impute": "mean", "scale": "standard"},
+                            {"name": "z", "type": "numeric", "impute": "median", "scale": "minmax"}])
+    # three 0.1s: avg gives 0.10000000000000002, the median 0.1; the imputed column is constant
+    df = spark.createDataFrame([(0.1, 1.0, 5.0), (0.1, 2.0, 5.0), (0.1, None, None), (None, 4.0, 5.0)],
+                               "x double, y double, z double")
+    plan = plan_features(specs, types={"x": "double", "y": "double", "z": "double"})
+    pipe = compile_pipeline(specs, types={"x": "double", "y": "double", "z": "double"})
+    got = fit_features(pipe, df, plan).fitted["scale"]
+    want = md.fitted_values(pipe.fit(df))["scale"]
+    assert got.keys() == want.keys()
+    for col, (method, offset, scale) in want.items():
+        assert got[col][0] == method and got[col][1:] == pytest.approx((offset, scale), rel=1e-12), col
+    assert got[plan.internal("x", "imp")][2] == 1.0 and got[plan.internal("z", "imp")][2] == 1.0

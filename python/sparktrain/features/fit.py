@@ -82,8 +82,8 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     train : str, optional
         SQL predicate selecting the rows to fit on; all rows when omitted.
     extra : sequence of Column
-        Aggregate columns evaluated over *all* rows in the same pass; their
-        values are passed to ``check`` and returned.
+        Aggregate columns evaluated over *all* rows (one job, concurrent with
+        the statistics); their values are passed to ``check`` and returned.
     check : callable, optional
         Called with the ``extra`` values (a dict) before any model is built;
         raise from it to stop.
@@ -230,7 +230,9 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
                 return None
             imputed.update(zip(stage.getOutputCols(), inputs))
             if stage.getStrategy() == "median":
-                medians.update({c: max(1, round(1 / stage.getRelativeError())) for c in inputs})
+                if not stage.getRelativeError() > 0:
+                    return None
+                medians.update({c: max(1, int(1 / stage.getRelativeError())) for c in inputs})
                 needs.update({c: needs.get(c, set()) for c in inputs})
             elif stage.getStrategy() == "mean":
                 needs.update({c: needs.get(c, set()) | {"mean"} for c in inputs})
@@ -239,7 +241,8 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
         elif kind == "scaler":
             for c, method in zip(inputs, stage.getMethods()):
                 src = imputed.get(c, c)
-                needs[src] = needs.get(src, set()) | ({"n", "mean", "var"} if method == "standard"
+                # standard also reads min/max: a constant column is recognized exactly (see _imputed_moments)
+                needs[src] = needs.get(src, set()) | ({"n", "mean", "var", "min", "max"} if method == "standard"
                                                      else {"n", "min", "max"})
     return needs, medians, string_specs
 
@@ -374,7 +377,11 @@ def _imputed_moments(s: Mapping[str, Any], fill: Optional[float], rows: int, met
         lo, hi = float(s["min"]), float(s["max"])
         return (min(lo, fill), max(hi, fill)) if k and fill is not None else (lo, hi)
     mean1, var1 = float(s["mean"]), s["var"]
-    m2 = float(var1) * (n1 - 1) if var1 is not None and math.isfinite(var1) else 0.0
+    if var1 is not None and not math.isfinite(var1):  # overflow: what ColumnScaler.fit would see too
+        return mean1, math.inf
+    if not var1 and s.get("min") is not None and s["min"] == s["max"]:
+        mean1 = float(s["min"])  # all non-null values equal: the exact value, not sum / n (c + ulp)
+    m2 = float(var1) * (n1 - 1) if var1 is not None else 0.0
     if not k or fill is None:
         return mean1, (math.sqrt(m2 / (n1 - 1)) if n1 > 1 else None)
     n = n1 + k

@@ -138,7 +138,10 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     ConfigError, MissingColumnError, SchemaError
         Before any Spark job.
     DataError
-        After the first pass, before fitting (see :mod:`sparktrain.features.validate`).
+        From the checks of :mod:`sparktrain.features.validate` (after the first
+        wave of jobs, before any model is built), or from the fit: a vocabulary
+        over its limit, an empty train split, a column with no value to impute
+        from in the train split.
 
     Examples
     --------
@@ -258,7 +261,8 @@ def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any, sp
         target = posixpath.join(staging, split)
         written = posixpath.join(staging_inner, SPLITS_DIR, f"{SPLIT_COLUMN}={split}")
         if fs.get_file_info(written).type == pafs.FileType.NotFound:  # no rows: Spark wrote no folder
-            spark.createDataFrame([], scored.drop(SPLIT_COLUMN).schema).write.parquet(target)
+            empty = spark.createDataFrame([], scored.drop(SPLIT_COLUMN).schema)
+            parquet_writer(empty, out.row_group_rows, out.compression, row_bytes=width).parquet(target)
         else:
             fs.move(written, posixpath.join(staging_inner, split))
         manifest = build_manifest(target, extra={"split": split, "features_json": "../" + md.FILE_NAME})

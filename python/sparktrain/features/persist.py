@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 
 def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
@@ -51,14 +51,14 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
     spark = SparkSession.active()
     stages_dir = path.rstrip("/") + "/stages"
 
-    local = _local_dir(path)
+    local = _local_dir(path, spark)
 
     def save_metadata(instance: Any, target: str, param_map: Any = None) -> None:
         if local is None:
             DefaultParamsWriter.saveMetadata(instance, target, spark, paramMap=param_map)
             return
         text = DefaultParamsWriter._get_metadata_to_save(instance, spark, None, param_map)
-        folder = os.path.join(_local_dir(target) or target, "metadata")
+        folder = os.path.join(_local_dir(target, spark) or target, "metadata")
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "part-00000"), "w", encoding="utf-8") as fh:  # what spark.read.text reads
             fh.write(text + "\n")
@@ -84,11 +84,15 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
         raise errors[0]
 
 
-def _local_dir(path: str) -> Optional[str]:
-    """The local folder of ``path`` (plain or ``file:`` URI), or None for any other filesystem."""
+def _local_dir(path: str, spark: Any) -> Optional[str]:
+    """The local folder of ``path`` (a ``file:`` URI, or a plain path when Hadoop's default filesystem is
+    local), or None for any other filesystem."""
     if path.startswith("file:"):
-        return urlparse(path).path
-    return None if "://" in path else os.path.abspath(path)
+        return unquote(urlparse(path).path)
+    if "://" in path:
+        return None
+    default_fs = spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS") or "file:///"
+    return os.path.abspath(path) if default_fs.startswith("file:") else None
 
 
 __all__ = ["save_pipeline_model"]
