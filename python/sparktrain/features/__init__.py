@@ -7,6 +7,7 @@ are resolved lazily on first access:
 * spec classes (``NumericFeature``, ``CategoricalFeature``, ...) and
   ``parse_features`` (``sparktrain.features.spec``);
 * :func:`compile_pipeline`, :func:`plan_features` (``.compile``);
+* :func:`fit_features` (``.fit``), :func:`save_pipeline_model` (``.persist``);
 * :func:`validate` (``.validate``);
 * :func:`materialize`, :func:`run_preprocess`, :func:`format_summary`,
   ``PreprocessResult`` (``.materialize``);
@@ -26,6 +27,7 @@ _EXPORTS = {
     "NumericFeature": "spec", "CategoricalFeature": "spec", "DatetimeFeature": "spec",
     "BooleanFeature": "spec", "CrossedFeature": "spec", "parse_features": "spec",
     "compile_pipeline": "compile", "plan_features": "compile",
+    "fit_features": "fit", "save_pipeline_model": "persist",
     "validate": "validate",
     "materialize": "materialize", "run_preprocess": "materialize", "format_summary": "materialize",
     "PreprocessResult": "materialize",
@@ -36,8 +38,9 @@ _EXPORTS = {
 
 __all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScalerModel", "CrossedFeature",
            "DatetimeFeature", "FlatFeatureAssembler", "NumericFeature", "PreprocessResult", "VocabularyIndexer",
-           "VocabularyIndexerModel", "compile_pipeline", "format_summary", "materialize", "parse_features",
-           "plan_features", "run_preprocess", "transform_local", "validate"]
+           "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary", "materialize",
+           "parse_features", "plan_features", "run_preprocess", "save_pipeline_model", "transform_local",
+           "validate"]
 
 
 def __getattr__(name: str) -> Any:
