@@ -80,14 +80,15 @@ def child_spark(args: argparse.Namespace) -> None:
     # as a user would run it: data.source is the Parquet path (re-read per pass, no staging copy)
     cfg = replace(cfg, data=replace(cfg.data, source=args.raw, format="parquet"),
                   output=replace(cfg.output, path=args.out, overwrite=True))
-    runs, steps = [], []
+    runs, steps, cpu = [], [], []
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        c0, t0 = _tree_cpu(), time.perf_counter()
         result = materialize(spark, cfg)
         runs.append(time.perf_counter() - t0)
+        cpu.append(_tree_cpu() - c0)
         steps.append({k: round(v, 3) for k, v in result.timings.items()})
     print("RESULT " + json.dumps({"rows": sum(result.row_counts.values()), "seconds": runs[0], "runs": runs,
-                                  "steps": steps}), flush=True)
+                                  "cpu": cpu, "steps": steps}), flush=True)
     spark.stop()
 
 
@@ -140,12 +141,28 @@ def child_pandas(args: argparse.Namespace) -> None:
 
     cfg = load_config(CONFIG)
     plan = plan_features(cfg.features, cfg.data.key, cfg.data.label)
-    runs = []
+    runs, cpu = [], []
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        c0, t0 = _tree_cpu(), time.perf_counter()
         rows = _pandas_job(args, cfg, plan)
         runs.append(time.perf_counter() - t0)
-    print("RESULT " + json.dumps({"rows": rows, "seconds": runs[0], "runs": runs}), flush=True)
+        cpu.append(_tree_cpu() - c0)
+    print("RESULT " + json.dumps({"rows": rows, "seconds": runs[0], "runs": runs, "cpu": cpu}), flush=True)
+
+
+def _tree_cpu() -> float:
+    """CPU seconds (user + system) used so far by this process and its children (the JVM, Python workers)."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 def _pandas_job(args: argparse.Namespace, cfg: Any, plan: Any) -> int:
@@ -304,6 +321,11 @@ def print_table(results: List[Any], args: argparse.Namespace) -> None:
         print(f"{scale:>5} {rows:>10,} | {cells(s)} | {cells(pd_)} | {tx:>11} {mx}")
     print("seconds: first run / best run; rows/s from the best run; time x = spark / pandas, first / best "
           "(lower is better for spark); mem x = spark peak / pandas peak (PSS of the process tree)")
+    for scale, res in results:
+        parts = [f"{engine} {min(res[engine]['cpu']):.1f}" for engine in ("spark", "pandas")
+                 if res[engine].get("cpu")]
+        if parts:
+            print(f"CPU seconds of the process tree (fewest of the runs) at {scale}x: " + ", ".join(parts))
 
 
 if __name__ == "__main__":
