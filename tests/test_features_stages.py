@@ -113,3 +113,20 @@ def test_flat_feature_assembler_types_label_and_optional_passthrough(spark, tmp_
     loaded = FlatFeatureAssembler.load(str(tmp_path / "a"))
     assert loaded.getKeepInputCols() is True and loaded.getLabelCol() == "late"
     assert math.isclose(loaded.transform(df).where("key = 'k1'").first()["f"], 1.5)
+
+
+def test_top_values_ranks_the_same_on_the_driver_and_on_the_cluster(spark, flights_sample):
+    from pyspark.sql import functions as F
+    from sparktrain.features.stages import top_values
+
+    cols = [F.col("dest"), F.col("carrier"), F.col("engines")]
+    # roomy caps: every counted value fits the bound, so the ranking happens on the driver
+    roomy = top_values(flights_sample, cols, [20, 1, 1], [10_000, 10_000, 10_000])
+    # tight caps: more counted values than sum(caps) + 1, so the window ranks them on the cluster
+    tight = top_values(flights_sample, cols, [20, 1, 1], [5, 3, 2])
+    assert [r[:c] for r, c in zip(roomy, (5, 3, 2))] == tight
+    want = (flights_sample.where("carrier IS NOT NULL").groupBy("carrier").count()
+            .orderBy(F.desc("count"), F.asc("carrier")).collect())
+    assert roomy[1] == [r["carrier"] for r in want]
+    assert all(v.isdigit() for v in roomy[2])  # an int column is counted by its text
+    assert len(roomy[0]) == flights_sample.groupBy("dest").count().where("count >= 20 AND dest IS NOT NULL").count()
