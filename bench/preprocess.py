@@ -3,7 +3,7 @@
 Usage (from the repo root)::
 
     PYTHONPATH=python .venv/bin/python bench/preprocess.py [--scales 1,5,20] [--cores 2] \
-        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas] [--repeat 3]
+        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas,copy] [--repeat 3]
 
 Both sides run the feature spec of ``conf/flights.yaml`` on the same raw rows:
 the flights join at ``scale`` N, exported once (untimed) to Parquet under
@@ -19,6 +19,9 @@ three Parquet datasets (zstd, 65,536-row groups) and ``features.json``.
   ``pq.write_table`` writes.  It runs under a memory cap (polled every 0.1 s;
   default 2 GiB, about what the Spark side's process tree uses with a 1 GB
   heap): going over it is reported as OOM, not a crash of the benchmark.
+* **copy** (the Spark floor): a Spark job that reads the same columns,
+  tags the split and writes the three splits (same codec and row groups), with
+  no checks, no fit and no transform; what any Spark implementation pays.
 
 Each side runs in its own subprocess; peak memory is the peak of the summed
 PSS (proportional set size, Linux; RSS elsewhere) of that process tree: the
@@ -89,6 +92,43 @@ def child_spark(args: argparse.Namespace) -> None:
         steps.append({k: round(v, 3) for k, v in result.timings.items()})
     print("RESULT " + json.dumps({"rows": sum(result.row_counts.values()), "seconds": runs[0], "runs": runs,
                                   "cpu": cpu, "steps": steps}), flush=True)
+    spark.stop()
+
+
+def child_copy(args: argparse.Namespace) -> None:
+    """The floor of any Spark job here: read the columns the spec uses, tag the split, write three splits.
+
+    No checks, no fit, no transform: only the read, the split expression and
+    the partitioned Parquet write (same codec and row groups) that the real
+    job also does.  What this costs, every Spark implementation of the job pays.
+    """
+    from pyspark.sql import functions as F
+    from sparktrain.config import load_config
+    from sparktrain.data.manifest import parquet_writer
+    from sparktrain.features.compile import source_columns
+    from sparktrain.features.materialize import SPLIT_COLUMN, split_expression
+
+    spark = _session(args.cores, args.driver_memory, "bench-copy")
+    cfg = load_config(CONFIG)
+    cols = list(dict.fromkeys(source_columns(cfg.features) + [cfg.data.key, cfg.data.label]))
+
+    def job(where: Optional[str], out: str) -> None:
+        df = spark.read.parquet(args.raw).select(*cols)
+        if where:
+            df = df.where(where)
+        df = df.withColumn(SPLIT_COLUMN, F.expr(split_expression(cfg.data.key, cfg.split)))
+        (parquet_writer(df, cfg.output.row_group_rows, cfg.output.compression).mode("overwrite")
+         .partitionBy(SPLIT_COLUMN).parquet(out))
+
+    job("abs(hash(flight_id)) % 50 = 0", args.out + "-warmup")
+    runs, cpu = [], []
+    for _ in range(args.repeat):
+        c0, t0 = _tree_cpu(), time.perf_counter()
+        job(None, args.out)
+        runs.append(time.perf_counter() - t0)
+        cpu.append(_tree_cpu() - c0)
+    rows = spark.read.parquet(args.out).count()
+    print("RESULT " + json.dumps({"rows": rows, "seconds": runs[0], "runs": runs, "cpu": cpu}), flush=True)
     spark.stop()
 
 
@@ -250,14 +290,16 @@ def run_child(mode: str, extra: List[str], cap_bytes: Optional[int] = None, time
 
 def main(argv: Optional[List[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", nargs="?", default="bench", choices=["bench", "_export", "_spark", "_pandas"])
+    p.add_argument("mode", nargs="?", default="bench", choices=["bench", "_export", "_spark", "_pandas", "_copy"])
     p.add_argument("--scales", default="1,5", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--driver-memory", default="1g")
     p.add_argument("--pandas-cap-gb", type=float, default=2.0,
                    help="kill the pandas run (reported as OOM) when its memory goes over this; the default is "
                         "about what the Spark side uses with a 1 GB heap")
-    p.add_argument("--engines", default="spark,pandas", type=lambda s: s.split(","))
+    p.add_argument("--engines", default="spark,pandas,copy", type=lambda s: s.split(","),
+                   help="spark: our job; pandas: the single-process baseline; copy: the Spark floor (read, "
+                        "split, write; no fit, no transform)")
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of the whole job per engine and scale, in one process; the table shows the first "
                         "and the best (steady state, as on a long-lived cluster or kernel)")
@@ -265,7 +307,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--out")
     args = p.parse_args(argv)
     if args.mode != "bench":
-        {"_export": child_export, "_spark": child_spark, "_pandas": child_pandas}[args.mode](args)
+        {"_export": child_export, "_spark": child_spark, "_pandas": child_pandas,
+         "_copy": child_copy}[args.mode](args)
         return
     WORK.mkdir(parents=True, exist_ok=True)
     common = ["--cores", str(args.cores), "--scales", ",".join(map(str, args.scales)), "--repeat", str(args.repeat)]
@@ -277,7 +320,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         raw = str(WORK / f"raw_x{scale}")
         res = {}
         for engine, mode, cap in (("spark", "_spark", None),
-                                  ("pandas", "_pandas", int(args.pandas_cap_gb * (1 << 30)))):
+                                  ("pandas", "_pandas", int(args.pandas_cap_gb * (1 << 30))),
+                                  ("copy", "_copy", None)):
             if engine not in args.engines:
                 res[engine] = {"peak_rss": 1, "oom": False, "rc": None}
                 continue
@@ -307,6 +351,8 @@ def print_table(results: List[Any], args: argparse.Namespace) -> None:
         def cells(r: Dict[str, Any]) -> str:
             if r.get("oom"):
                 return f"{'OOM':>13} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
+            if r.get("rc") is None:
+                return f"{'skipped':>13} {'-':>9} {'-':>8}"
             if not r.get("seconds"):
                 return f"{'failed':>13} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
             first, best = r["runs"][0], min(r["runs"])
@@ -322,7 +368,17 @@ def print_table(results: List[Any], args: argparse.Namespace) -> None:
     print("seconds: first run / best run; rows/s from the best run; time x = spark / pandas, first / best "
           "(lower is better for spark); mem x = spark peak / pandas peak (PSS of the process tree)")
     for scale, res in results:
-        parts = [f"{engine} {min(res[engine]['cpu']):.1f}" for engine in ("spark", "pandas")
+        c, pd_ = res["copy"], res["pandas"]
+        if c.get("seconds"):
+            ratio = (f", {c['runs'][0] / pd_['runs'][0]:.1f}x / {min(c['runs']) / min(pd_['runs']):.2f}x pandas"
+                     if pd_.get("seconds") else "")
+            print(f"Spark floor at {scale}x (read, split, write the same rows; no fit, no transform): "
+                  f"{c['runs'][0]:.1f} / {min(c['runs']):.2f} s{ratio}; our job is "
+                  f"{min(res['spark']['runs']) / min(c['runs']):.2f}x the floor (best runs)"
+                  if res["spark"].get("seconds") else
+                  f"Spark floor at {scale}x: {c['runs'][0]:.1f} / {min(c['runs']):.2f} s{ratio}")
+    for scale, res in results:
+        parts = [f"{engine} {min(res[engine]['cpu']):.1f}" for engine in ("spark", "pandas", "copy")
                  if res[engine].get("cpu")]
         if parts:
             print(f"CPU seconds of the process tree (fewest of the runs) at {scale}x: " + ", ".join(parts))
