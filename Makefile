@@ -36,7 +36,21 @@ $(STAMP): $(PY) $(LOCK) python/pyproject.toml
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e python
 	touch $(STAMP)
 
-setup: java-check $(STAMP)
+setup: java-check $(STAMP) $(JAR)
+
+# The JVM part (src/main/scala): compiled with the Scala compiler that ships inside pyspark's jars
+# (Gradle cannot be installed here; build.gradle builds the same jar for users who use Gradle).
+SCALA_SRC  := $(shell find src/main/scala -name '*.scala' 2>/dev/null)
+SPARK_JARS  = $(shell $(PY) -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+
+jar: java-check $(JAR)
+
+$(JAR): $(STAMP) $(SCALA_SRC)
+	rm -rf build/classes && mkdir -p build/classes build/libs
+	java -cp "$(SPARK_JARS)/*" scala.tools.nsc.Main -nowarn -d build/classes \
+	     -classpath "$(SPARK_JARS)/*" $(SCALA_SRC)
+	cd build/classes && $(abspath $(PY)) -m zipfile -c $(abspath $(JAR)).tmp io
+	mv $(JAR).tmp $(JAR)
 
 demo: setup
 	$(VENV)/bin/sparktrain run conf/flights.yaml

@@ -155,11 +155,16 @@ def test_profile_end_to_end(tmp_path):
 
 def test_spark_submit_runs_the_same_job(tmp_path):
     assert SPARK_SUBMIT.is_file()
+    from sparktrain.jvm import listener_jar
+
     rc, out, err = _run([SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                         "--jars", listener_jar(required=True),
                          REPO / "python" / "sparktrain" / "__main__.py", "profile", FLIGHTS_YAML, *NO_TRACKING],
                         tmp_path)
     assert rc == 0, err
     _assert_flights_profile(out)
+    # --jars put the JVM part on spark-submit's driver: the lineage listener is registered
+    assert "data lineage: io.sparktrain.lineage.LineageListener registered on this session" in out + err
     # spark-submit's --master wins over the config's spark.master (local[*]); under spark-submit the
     # Python driver's stderr (our log lines) reaches us merged into stdout.
     assert "SparkSession ready: master local[1]" in out + err

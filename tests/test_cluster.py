@@ -419,6 +419,11 @@ def test_compose_file_runs_that_job_on_its_services():
     assert submit[:3] == ["spark-submit", "--master", "spark://master:7077"]
     assert submit[-3:] == ["python/sparktrain/__main__.py", "run", "conf/flights-cluster.yaml"]
     assert (REPO / submit[-3]).is_file() and (REPO / submit[-1]).is_file()
+    # the lineage listener: the jar the image builds where `make jar` puts it
+    from sparktrain.jvm import _DEFAULT_JAR
+    assert REPO / submit[submit.index("--jars") + 1] == _DEFAULT_JAR
+    dockerfile = (REPO / "docker" / "Dockerfile").read_text()
+    assert "COPY src/ src/" in dockerfile and "../libs/sparktrain-listener.jar" in dockerfile
     for name, svc in services.items():
         assert "shared:/shared" in svc["volumes"], name  # output.path, train.store and MLflow live there
         for port in svc.get("ports", []):

@@ -51,7 +51,8 @@ def job(spark, flights_sample, mlflow_server, tmp_path_factory):
         f"tracking.model_name={MODEL}", "spark.conf.spark.hadoop.fs.s3a.secret.key=do-not-log-me"])
     result = run_job(cfg, stages=("profile", "preprocess", "train"), spark=spark)
     client = MlflowClient(mlflow_server, mlflow_server)
-    return {"cfg": cfg, "result": result, "client": client, "uri": mlflow_server, "base": base}
+    return {"cfg": cfg, "result": result, "client": client, "uri": mlflow_server, "base": base,
+            "sample": _sample_path(flights_sample)}
 
 
 def _runs(job):
@@ -166,9 +167,22 @@ def test_dataset_lineage(job):
 
     parent, children = _runs(job)
     dataset = job["result"].preprocess.path
-    for run in (parent, children["train"]):
+    sample = job["sample"]
+    for run in (parent, children["train"], children["preprocess"]):
         inputs = {[t.value for t in d.tags if t.key == "mlflow.data.context"][0]: d.dataset
                   for d in run.inputs.dataset_inputs}
+        # the source: the raw Parquet the features were computed from, as the JVM lineage listener saw it
+        assert len(run.inputs.dataset_inputs) == len(inputs)
+        source = inputs.pop("source")
+        assert json.loads(source.source)["path"] == os.path.abspath(sample)
+        profile = json.loads(source.profile)
+        files = [f for f in os.listdir(sample) if f.endswith(".parquet")]
+        assert profile["format"] == "parquet" and profile["files"] == len(files) == 1
+        assert profile["size_bytes"] == sum(os.path.getsize(os.path.join(sample, f)) for f in files)
+        assert source.digest == profile["listing_sha256"][:32]
+        if run is children["preprocess"]:
+            assert inputs == {}
+            continue
         assert set(inputs) == {"training", "validation", "testing"}
         for context, split in (("training", "train"), ("validation", "validation"), ("testing", "test")):
             manifest = read_manifest(os.path.join(dataset, split))

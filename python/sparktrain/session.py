@@ -3,7 +3,9 @@
 Order of precedence for the master URL: an already active session (notebooks,
 ``spark-submit``) is reused as is; otherwise ``--master`` / config; otherwise
 ``local[*]``.  Settings come from ``conf/spark-defaults.conf`` (if present),
-then the job config's ``spark.conf``.
+then the job config's ``spark.conf``.  A new session gets
+``sparktrain-listener.jar`` (when built: ``make jar``) on ``spark.jars`` and the
+lineage listener of :mod:`sparktrain.jvm` registered.
 """
 
 from __future__ import annotations
@@ -93,9 +95,12 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
         preset = {k for k, _ in SparkConf().getAll()}
         settings = {k: v for k, v in settings.items() if k not in preset}
     settings.update(dict(conf or {}))
+    remote = master is not None and master.startswith("sc://")
+    if not submitted and not remote:
+        _add_listener_jar(settings)
     default_master = settings.pop("spark.master", DEFAULT_MASTER)
     builder = SparkSession.builder.appName(app_name)
-    if master and master.startswith("sc://"):
+    if master is not None and remote:
         builder = builder.remote(master)
     elif submitted:
         if master:
@@ -111,7 +116,22 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
     except Exception:  # Spark Connect has no SparkContext
         pass
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if not remote:
+        from sparktrain.jvm import enable_lineage
+        enable_lineage(spark)
     return spark
+
+
+def _add_listener_jar(settings: Dict[str, str]) -> None:
+    """Append ``sparktrain-listener.jar`` (when built) to ``spark.jars``: the lineage listener's classes."""
+    from sparktrain.jvm import listener_jar
+
+    jar = listener_jar()
+    if jar is None:
+        return
+    jars = [j for j in settings.get("spark.jars", "").split(",") if j.strip()]
+    if not any(os.path.basename(j.strip()) == os.path.basename(jar) for j in jars):
+        settings["spark.jars"] = ",".join([*jars, jar])
 
 
 def launched_by_spark_submit() -> bool:

@@ -31,6 +31,10 @@ that looks complete.  Layout::
       train/ validation/ test/     Parquet + _manifest.json
       pipeline_model/               the fitted PipelineModel (PipelineModel.load)
       features.json                 see sparktrain.features.metadata
+
+``features.json``'s ``dataset.sources`` lists the files and tables the job
+read (format, paths, file count, bytes, a digest of the listing), as the
+lineage listener of :mod:`sparktrain.jvm` saw them; absent without it.
 """
 
 from __future__ import annotations
@@ -154,6 +158,7 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     from pyspark.sql import functions as F
 
     from sparktrain.data.manifest import atomic_dir
+    from sparktrain.jvm import LineageRecorder
 
     t_start = time.perf_counter()
     timings: Dict[str, float] = {}
@@ -176,7 +181,7 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     checks += [F.expr(f"count_if({SPLIT_COLUMN} = '{s}')").alias(f"split_{s}") for s in SPLITS]
     tagged = (df.select(*[F.col(quote(c)) for c in needed])
               .withColumn(SPLIT_COLUMN, F.expr(split_expression(key, cfg.split))))
-    with atomic_dir(out.path, overwrite=out.overwrite) as staging:
+    with atomic_dir(out.path, overwrite=out.overwrite) as staging, LineageRecorder(spark) as lineage:
         raw = posixpath.join(staging, RAW_DIR)
         counts: Dict[str, int] = {}
 
@@ -215,6 +220,9 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
             "source": source,
             "scale": cfg.data.scale if source == cfg.data.source else None,
         }
+        sources = lineage.sources(exclude=[staging, out.path])
+        if sources is not None:  # what the source's files were (the lineage listener: sparktrain.jvm)
+            meta["dataset"]["sources"] = sources
         _write_text(posixpath.join(staging, md.FILE_NAME), md.dumps(meta))
         if stage_input:
             _delete_dir(raw)

@@ -1,9 +1,12 @@
-"""Data lineage: the train/validation/test splits as MLflow dataset inputs.
+"""Data lineage: the train/validation/test splits, and the sources they came from, as MLflow dataset inputs.
 
-Everything comes from each split's ``_manifest.json`` (path, digest, row
+The splits come from each split's ``_manifest.json`` (path, digest, row
 count, schema); no data is read.  A dataset's MLflow digest is the first 32
 hex characters of the manifest digest (MLflow keeps at most 36); the full
-sha256 is in its profile.
+sha256 is in its profile.  The sources come from ``features.json``'s
+``dataset.sources``, which the lineage listener (:mod:`sparktrain.jvm`) filled
+while the features were materialized: each file source or table the job read,
+logged with the context ``source`` (digest: of the file listing).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
 CONTEXTS = {"train": "training", "validation": "validation", "test": "testing"}
+SOURCE_CONTEXT = "source"
 
 # Arrow type strings (as the manifest writes them) -> MLflow column types.
 _TYPES = {"float": "float", "double": "double", "int8": "integer", "int16": "integer", "int32": "integer",
@@ -72,6 +76,46 @@ class ManifestDataset(MetaDataset):
         return out
 
 
+class SourceDataset(MetaDataset):
+    """A source the features were computed from (files or a table), as the lineage listener recorded it."""
+
+    def __init__(self, source: Mapping[str, Any]) -> None:
+        from mlflow.data.spark_dataset_source import SparkDatasetSource
+
+        from sparktrain.jvm import local_path
+
+        self._record = dict(source)
+        paths = [local_path(p) for p in source.get("paths") or []]
+        table = source.get("table")
+        if table:
+            origin, name = SparkDatasetSource(table_name=str(table)), str(table)
+        else:
+            origin = SparkDatasetSource(path=paths[0] if paths else "")
+            name = os.path.basename(os.path.normpath(paths[0])) if paths else "source"
+        super().__init__(source=origin, name=name, digest=str(source.get("digest") or "")[:32] or None)
+
+    @property
+    def profile(self) -> Dict[str, Any]:
+        s = self._record
+        return {k: s[k] for k in ("format", "paths", "files", "size_bytes") if k in s} | {
+            "listing_sha256": s.get("digest")}
+
+    def to_dict(self) -> Dict[str, str]:
+        out = super().to_dict()
+        out["profile"] = json.dumps(self.profile)
+        return out
+
+
+def source_datasets(dataset_root: str) -> List[SourceDataset]:
+    """The sources in ``features.json``'s ``dataset.sources`` (empty when it has none)."""
+    path = os.path.join(dataset_root, "features.json")
+    if not os.path.isfile(path):
+        return []
+    with open(path) as fh:
+        sources = (json.load(fh).get("dataset") or {}).get("sources") or []
+    return [SourceDataset(s) for s in sources]
+
+
 def read_split_manifest(dataset_root: str, split: str) -> Optional[Dict[str, Any]]:
     """The manifest of one split, or ``None`` when the split or its manifest is absent."""
     from sparktrain.data.manifest import read_manifest
@@ -97,17 +141,32 @@ def split_datasets(dataset_root: str, name: Optional[str] = None) -> Dict[str, M
 
 def log_dataset_inputs(client: Any, run_ids: Sequence[str], dataset_root: str,
                        name: Optional[str] = None) -> Dict[str, ManifestDataset]:
-    """``log_inputs`` of every split to each run in ``run_ids`` (context: training/validation/testing)."""
-    from mlflow.entities import DatasetInput, InputTag
-    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
-
+    """``log_inputs`` of every split (context: training/validation/testing) and every source the dataset was
+    computed from (context: source) to each run in ``run_ids``; returns the splits."""
     datasets = split_datasets(dataset_root, name)
-    inputs: List[Any] = [DatasetInput(ds._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, CONTEXTS[s])])
-                         for s, ds in datasets.items()]
+    inputs = [_dataset_input(ds, CONTEXTS[s]) for s, ds in datasets.items()]
+    inputs += [_dataset_input(src, SOURCE_CONTEXT) for src in source_datasets(dataset_root)]
     if inputs:
         for run_id in run_ids:
             client.log_inputs(run_id, datasets=inputs)
     return datasets
+
+
+def log_source_inputs(client: Any, run_ids: Sequence[str], dataset_root: str) -> List[SourceDataset]:
+    """``log_inputs`` of the sources of a dataset (context: source) to each run in ``run_ids``."""
+    sources = source_datasets(dataset_root)
+    inputs = [_dataset_input(src, SOURCE_CONTEXT) for src in sources]
+    if inputs:
+        for run_id in run_ids:
+            client.log_inputs(run_id, datasets=inputs)
+    return sources
+
+
+def _dataset_input(dataset: MetaDataset, context: str) -> Any:
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
 
 
 def manifest_files(dataset_root: str) -> Dict[str, str]:

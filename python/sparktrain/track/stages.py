@@ -39,8 +39,8 @@ def log_profile(run: StageRun, profile: Any) -> None:
 
 
 def log_preprocess(run: StageRun, dataset_root: str) -> None:
-    """``features.json``, the split manifests and the split row counts."""
-    from sparktrain.track.lineage import manifest_files, read_split_manifest
+    """``features.json``, the split manifests, the split row counts, and the sources as dataset inputs."""
+    from sparktrain.track.lineage import log_source_inputs, manifest_files, read_split_manifest
 
     features = os.path.join(dataset_root, "features.json")
     if os.path.isfile(features):
@@ -51,6 +51,7 @@ def log_preprocess(run: StageRun, dataset_root: str) -> None:
         rows[f"rows_{split}"] = (read_split_manifest(dataset_root, split) or {}).get("num_rows", 0)
     run.log_metrics(rows)
     run.set_tags({"sparktrain.dataset": os.path.abspath(dataset_root)})
+    log_source_inputs(run.client, [run.run_id], dataset_root)
 
 
 def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5):
