@@ -88,6 +88,26 @@ def test_csv_join_lists_every_source_once(spark, recorder_cls, tmp_path):
         ("csv", f"file:{a}", 1), ("csv", f"file:{b}", 1)]
 
 
+def test_records_only_this_sessions_work_inside_the_block(spark, recorder_cls, tmp_path):
+    raw, other_raw = str(tmp_path / "raw"), str(tmp_path / "other")
+    _write_raw(raw, [10])
+    _write_raw(other_raw, [20])
+    cls = spark.sparkContext._jvm.io.sparktrain.lineage.LineageListener
+    spark.read.parquet(raw).count()  # no recording open: nothing is kept
+    with recorder_cls(spark) as rec:
+        other = spark.newSession()
+        with recorder_cls(other) as other_rec:
+            assert other.read.parquet(other_raw).count() == 20
+        assert spark.read.parquet(raw).count() == 10
+    spark.read.parquet(raw).count()  # after the block: not this block's
+    assert [s["paths"] for s in rec.sources()] == [[f"file:{raw}"]]
+    assert [s["paths"] for s in other_rec.sources()] == [[f"file:{other_raw}"]]
+    last = cls.lastId()
+    spark.read.parquet(raw).count()
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+    assert cls.lastId() == last  # with no recorder open the listener does nothing
+
+
 def test_materialize_stores_its_sources_in_features_json(spark, recorder_cls, flights_sample, tmp_path):
     from dataclasses import replace
 
@@ -105,6 +125,41 @@ def test_materialize_stores_its_sources_in_features_json(spark, recorder_cls, fl
     assert source == result.features["dataset"]["sources"][0]
     assert (source["format"], source["paths"], source["digest"]) == ("parquet", [f"file:{sample}"],
                                                                      _listing_sha256(spark, sample))
+
+
+def test_materialize_of_a_dataframe_names_its_source_not_the_staging_copy(spark, recorder_cls, flights_sample,
+                                                                         tmp_path):
+    from dataclasses import replace
+
+    from sparktrain.config import load_config
+    from sparktrain.features.materialize import materialize
+    from sparktrain.jvm import local_path
+
+    sample = os.path.dirname(local_path(flights_sample.inputFiles()[0]))
+    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "conf", "flights.yaml"))
+    cfg = replace(cfg, output=replace(cfg.output, path=str(tmp_path / "dataset")))
+    result = materialize(spark, cfg, spark.read.parquet(sample))  # a DataFrame: staged to staged_input/ first
+    assert [(s["format"], s["paths"]) for s in result.features["dataset"]["sources"]] == [
+        ("parquet", [f"file:{sample}"])]
+
+
+def test_source_inputs_paths_compare_as_local_paths_and_drop_schema_inference_reads():
+    from sparktrain.jvm import source_inputs
+
+    events = [
+        {"inputs": [{"kind": "files", "format": "text", "paths": ["file:/data/csv/a.csv", "file:/data/csv/b.csv"]}],
+         "outputs": []},
+        {"inputs": [{"kind": "files", "format": "csv", "paths": ["file:/data/csv"], "digest": "d1"}],
+         "outputs": [{"path": "file:/out/.x.staging-1/staged_input"}]},
+        {"inputs": [{"kind": "files", "format": "parquet", "paths": ["file:/out/.x.staging-1/staged_input"]},
+                    {"kind": "files", "format": "parquet", "paths": ["s3a://bucket/raw/"]},
+                    {"kind": "files", "format": "parquet", "paths": ["s3a://bucket/tmp/part"]},
+                    {"kind": "files", "format": "parquet", "paths": ["file:///elsewhere/x"]}],
+         "outputs": []},
+    ]
+    kept = source_inputs(events, exclude=["s3a://bucket/tmp/", "file:///elsewhere"])
+    assert [(i["format"], i["paths"]) for i in kept] == [("csv", ["file:/data/csv"]),
+                                                         ("parquet", ["s3a://bucket/raw/"])]
 
 
 def test_missing_jar_names_the_path_and_the_fix(monkeypatch, tmp_path):
