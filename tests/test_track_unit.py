@@ -202,6 +202,35 @@ def test_dataset_inputs_from_manifests(tmp_path, tracking_uri):
         assert context == {"train": "training", "validation": "validation", "test": "testing"}[split]
 
 
+def test_dataset_and_source_inputs_from_a_uri(tmp_path, tracking_uri):
+    """A dataset addressed by URI (pyarrow.fs): splits and the sources in features.json are logged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparktrain.data.manifest import build_manifest, write_manifest
+    from sparktrain.track.lineage import log_dataset_inputs
+
+    root = tmp_path / "ds"
+    for split in ("train", "validation", "test"):
+        (root / split).mkdir(parents=True)
+        pq.write_table(pa.table({"x": np.arange(4, dtype=np.float32)}), root / split / "part-0.parquet")
+        write_manifest(str(root / split), build_manifest(str(root / split)))
+    source = {"kind": "files", "format": "csv", "paths": ["file:/data/raw.csv"], "files": 1, "size_bytes": 123,
+              "digest": "ab" * 32}
+    (root / "features.json").write_text(json.dumps({"dataset": {"sources": [source]}}))
+    tracker = _tracker(tmp_path, tracking_uri)
+    with tracker.job() as job:
+        log_dataset_inputs(tracker.client, [job.run_id], f"file://{root}", name="uri")
+    inputs = {d.dataset.name: d for d in tracker.client.get_run(job.run_id).inputs.dataset_inputs}
+    assert set(inputs) == {"uri-train", "uri-validation", "uri-test", "raw.csv"}
+    assert json.loads(inputs["uri-train"].dataset.source)["path"] == f"file://{root}/train"
+    src = inputs["raw.csv"]
+    assert {t.key: t.value for t in src.tags}["mlflow.data.context"] == "source"
+    assert json.loads(src.dataset.source)["path"] == "/data/raw.csv" and src.dataset.digest == "ab" * 16
+    assert json.loads(src.dataset.profile) == {"format": "csv", "paths": ["file:/data/raw.csv"], "files": 1,
+                                               "size_bytes": 123, "listing_sha256": "ab" * 32}
+
+
 def test_champion_moves_only_to_a_better_version(tracking_uri):
     from mlflow import MlflowClient
 

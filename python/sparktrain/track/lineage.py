@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from mlflow.data.meta_dataset import MetaDataset
@@ -58,8 +59,8 @@ class ManifestDataset(MetaDataset):
 
         self._manifest = dict(manifest)
         full = str(manifest.get("digest") or "")
-        super().__init__(source=SparkDatasetSource(path=os.path.abspath(path)),
-                         name=name or os.path.basename(os.path.normpath(path)),
+        super().__init__(source=SparkDatasetSource(path=path if "://" in path else os.path.abspath(path)),
+                         name=name or posixpath.basename(path.rstrip("/")),
                          digest=full[:32] or None, schema=mlflow_schema(manifest.get("schema", [])))
 
     @property
@@ -108,11 +109,16 @@ class SourceDataset(MetaDataset):
 
 def source_datasets(dataset_root: str) -> List[SourceDataset]:
     """The sources in ``features.json``'s ``dataset.sources`` (empty when it has none)."""
-    path = os.path.join(dataset_root, "features.json")
-    if not os.path.isfile(path):
+    import pyarrow.fs as pafs
+
+    from sparktrain.data import _fs
+
+    fs, base = _fs.resolve(dataset_root)
+    path = _fs.join(base, "features.json")
+    if _fs.info(fs, path).type != pafs.FileType.File:
         return []
-    with open(path) as fh:
-        sources = (json.load(fh).get("dataset") or {}).get("sources") or []
+    with fs.open_input_stream(path) as fh:
+        sources = (json.loads(fh.read()).get("dataset") or {}).get("sources") or []
     return [SourceDataset(s) for s in sources]
 
 
@@ -120,22 +126,19 @@ def read_split_manifest(dataset_root: str, split: str) -> Optional[Dict[str, Any
     """The manifest of one split, or ``None`` when the split or its manifest is absent."""
     from sparktrain.data.manifest import read_manifest
 
-    path = os.path.join(dataset_root, split)
-    if not os.path.isdir(path):
-        return None
-    return read_manifest(path)
+    return read_manifest(posixpath.join(dataset_root, split))  # local paths and URIs (pyarrow.fs)
 
 
 def split_datasets(dataset_root: str, name: Optional[str] = None) -> Dict[str, ManifestDataset]:
     """``{split: ManifestDataset}`` for the splits of a materialized dataset that have a manifest."""
-    base = name or os.path.basename(os.path.normpath(dataset_root))
+    base = name or posixpath.basename(dataset_root.rstrip("/"))
     out = {}
     for split in SPLITS:
         manifest = read_split_manifest(dataset_root, split)
         if manifest is None:
             log.warning("no manifest for split '%s' under %s: not logged as a dataset input", split, dataset_root)
             continue
-        out[split] = ManifestDataset(os.path.join(dataset_root, split), manifest, name=f"{base}-{split}")
+        out[split] = ManifestDataset(posixpath.join(dataset_root, split), manifest, name=f"{base}-{split}")
     return out
 
 
