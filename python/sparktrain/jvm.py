@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from sparktrain._internal.spark_compat import is_connect
 from sparktrain.errors import MissingDependencyError
 
 log = logging.getLogger(__name__)
@@ -80,10 +81,6 @@ def _listener_class(spark: Any) -> Any:
     return cls if isinstance(cls, JavaClass) else None
 
 
-def _is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def enable_lineage(spark: Any) -> bool:
     """Register the lineage listener on ``spark`` (once); whether it is active.
 
@@ -92,7 +89,7 @@ def enable_lineage(spark: Any) -> bool:
     when it creates the session.  Never raises: without the listener the job
     runs the same, without the lineage of its sources.
     """
-    if _is_connect(spark):
+    if is_connect(spark):
         log.info("data lineage of sources is off on Spark Connect (the listener needs the driver's JVM)")
         return False
     cls = _listener_class(spark)
@@ -127,7 +124,7 @@ class LineageRecorder:
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
-        self._cls = None if _is_connect(spark) else _listener_class(spark)
+        self._cls = None if is_connect(spark) else _listener_class(spark)
         self._session: Optional[str] = None
         self._start: Optional[int] = None
         self._end: Optional[int] = None

@@ -94,8 +94,16 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
         SparkContext._ensure_initialized()  # connect to spark-submit's JVM so SparkConf sees its settings
         preset = {k for k, _ in SparkConf().getAll()}
         settings = {k: v for k, v in settings.items() if k not in preset}
-    settings.update(dict(conf or {}))
     remote = master is not None and master.startswith("sc://")
+    if remote:
+        # A Spark Connect client can only set the server session's SQL settings; the rest of the
+        # defaults file (driver memory, UI...) belongs to the server's own launch.
+        skipped = sorted(k for k in settings if not k.startswith("spark.sql."))
+        settings = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
+        if skipped:
+            log.info("Spark Connect: not sending %s from spark-defaults.conf (set them on the server)",
+                     ", ".join(skipped))
+    settings.update(dict(conf or {}))
     if not submitted and not remote:
         _add_listener_jar(settings)
     default_master = settings.pop("spark.master", DEFAULT_MASTER)

@@ -32,8 +32,9 @@ def conf_get(spark, key: str, default: Optional[str] = None) -> Optional[str]:
 
 
 def master(spark) -> str:
+    """The master URL; under Spark Connect the server's (``connect`` when it does not say)."""
     if is_connect(spark):
-        return "connect"
+        return conf_get(spark, "spark.master") or "connect"
     return spark.sparkContext.master
 
 
@@ -44,24 +45,51 @@ def driver_host(spark) -> Optional[str]:
     return conf_get(spark, "spark.driver.host") or "127.0.0.1"
 
 
-def max_concurrent_tasks(spark) -> int:
-    """How many tasks the cluster can run at once right now (barrier mode needs >= num_workers)."""
-    if not is_connect(spark):
-        sc = spark.sparkContext
+def max_concurrent_tasks(spark) -> Optional[int]:
+    """How many tasks the cluster can run at once right now (barrier mode needs >= num_workers).
+
+    Under Spark Connect there is no SparkContext: the number comes from the
+    server's settings (``local[N]``, ``spark.cores.max``, ``spark.executor.instances``
+    x ``spark.executor.cores``, each over ``spark.task.cpus``, or
+    ``spark.default.parallelism``), and is ``None`` when they do not say.
+    """
+    if is_connect(spark):
+        return _connect_slots(spark)
+    sc = spark.sparkContext
+    try:
+        jsc = sc._jsc.sc()
+        rp = jsc.resourceProfileManager().defaultResourceProfile()
+        return int(jsc.maxNumConcurrentTasks(rp))
+    except Exception as exc:  # private API; fall back on the master URL
+        log.debug("maxNumConcurrentTasks unavailable: %s", exc)
+    m = re.match(r"local\[(\d+|\*)(?:,\s*\d+)?\]", sc.master)
+    if m:
+        import os
+        return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
+    if sc.master == "local":
+        return 1
+    return int(sc.defaultParallelism)
+
+
+def _connect_slots(spark) -> Optional[int]:
+    def number(key: str) -> Optional[int]:
+        value = conf_get(spark, key)
         try:
-            jsc = sc._jsc.sc()
-            rp = jsc.resourceProfileManager().defaultResourceProfile()
-            return int(jsc.maxNumConcurrentTasks(rp))
-        except Exception as exc:  # private API; fall back on the master URL
-            log.debug("maxNumConcurrentTasks unavailable: %s", exc)
-        m = re.match(r"local\[(\d+|\*)(?:,\s*\d+)?\]", sc.master)
-        if m:
-            import os
-            return os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
-        if sc.master == "local":
-            return 1
-        return int(sc.defaultParallelism)
-    return int(conf_get(spark, "spark.default.parallelism", "1") or 1)
+            return int(value) if value not in (None, "") else None
+        except (TypeError, ValueError):
+            return None
+
+    cpus = max(1, number("spark.task.cpus") or 1)
+    m = re.match(r"local(?:\[(\d+)(?:,\s*\d+)?\])?$", master(spark))
+    if m:
+        return int(m.group(1) or 1) // cpus
+    cores_max = number("spark.cores.max")
+    if cores_max:
+        return cores_max // cpus
+    instances, cores = number("spark.executor.instances"), number("spark.executor.cores")
+    if instances and cores:
+        return instances * cores // cpus
+    return number("spark.default.parallelism")
 
 
 def task_max_failures(spark) -> int:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 from typing import Optional
 
 from sparktrain._internal import spark_compat
 from sparktrain.errors import MissingDependencyError, PreflightError
 from sparktrain.train._executor.spec import WorkerSpec
+
+log = logging.getLogger(__name__)
 
 INSTALL = {
     "torch": "pip install torch==2.13.0",
@@ -19,6 +22,12 @@ INSTALL = {
 def check_slots(spark, num_workers: int) -> None:
     """Barrier mode needs every rank scheduled at once (SPARK-24819 fails late otherwise)."""
     slots = spark_compat.max_concurrent_tasks(spark)
+    if slots is None:  # Spark Connect to a server whose settings do not say
+        log.warning("cannot tell how many tasks the Spark Connect server's cluster runs at once (master %s); "
+                    "barrier mode needs %d: set spark.cores.max or spark.executor.instances and "
+                    "spark.executor.cores on the server so this is checked before launch",
+                    spark_compat.master(spark), num_workers)
+        return
     if slots < num_workers:
         raise PreflightError(
             f"numWorkers = {num_workers}, but the cluster can run only {slots} task(s) at once "

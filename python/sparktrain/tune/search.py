@@ -153,7 +153,7 @@ def tune_stage(spark, cfg: JobConfig, dataset_path: str, parent_run_id: Optional
 def _make_runner(spark, cfg: JobConfig, dataset_path: Optional[str], objective: Optional[Objective], prefix: str):
     """``(runner, concurrency)`` for the configured mode, after the driver preflight."""
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # run_search checked it
-    slots = max(1, spark_compat.max_concurrent_tasks(spark))
+    slots = max(1, spark_compat.max_concurrent_tasks(spark) or tune.parallelism)  # unknown (Connect): as asked
     _check_worker_reuse(spark)
     if objective is not None:
         from sparktrain.tune._training import ObjectiveRunner

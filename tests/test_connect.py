@@ -1,0 +1,126 @@
+"""The same job against a Spark Connect server (sc://): preprocess and barrier training, from the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pyspark
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+pytestmark = pytest.mark.connect
+
+
+def _env():
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(REPO / "python"))
+    for key in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE",
+                "SPARK_REMOTE"):
+        env.pop(key, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory):
+    """A real Spark Connect server (local[2], 127.0.0.1, free port) in its own JVM; yields its sc:// URL."""
+    base = tmp_path_factory.mktemp("connect")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = base / "server.log"
+    cmd = [str(SPARK_SUBMIT), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--master", "local[2]", "--name", "sparktrain-connect-test",
+           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+           "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+           "--conf", f"spark.local.dir={base / 'local'}", "--conf", "spark.sql.shuffle.partitions=2",
+           "spark-internal"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=base, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while "Spark Connect server started" not in log_path.read_text():
+            assert proc.poll() is None, f"the Spark Connect server exited:\n{log_path.read_text()[-3000:]}"
+            assert time.time() < deadline, f"no Spark Connect server after 180 s:\n{log_path.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _sparktrain(cwd, *args, timeout=600):
+    proc = subprocess.run([sys.executable, "-m", "sparktrain", *map(str, args)], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _assert_close(a, b, path="features"):
+    """Equal JSON, floats to 1e-9 relative."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12), (path, a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), (path, sorted(a), sorted(b))
+        for k in a:
+            _assert_close(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), (path, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sample, tmp_path):
+    from dataclasses import replace
+
+    from sparktrain.config import load_config
+    from sparktrain.features.materialize import materialize
+    from sparktrain.jvm import local_path
+
+    sample = os.path.dirname(local_path(flights_sample.inputFiles()[0]))
+    overrides = [f"data.source={sample}", f"output.path={tmp_path / 'dataset'}", f"train.store={tmp_path / 'store'}",
+                 "train.epochs=2", "train.num_workers=2", "train.compare_baseline=false", "tracking.enabled=false"]
+    sets = [x for o in overrides for x in ("--set", o)]
+    config = REPO / "conf" / "flights.yaml"
+
+    rc, out, err = _sparktrain(tmp_path, "preprocess", config, "--master", connect_url, *sets)
+    assert rc == 0, err[-3000:]
+    assert "SparkSession ready: master local[2]" in err  # the client reads the server's master
+    remote = json.loads((tmp_path / "dataset" / "features.json").read_text())
+
+    # the same job on the classic local session: the same splits and the same fitted values
+    cfg = load_config(config, overrides=overrides)
+    local = materialize(spark, replace(cfg, output=replace(cfg.output, path=str(tmp_path / "local"))))
+    for split, rows in local.row_counts.items():
+        assert remote["dataset"]["splits"][split]["rows"] == rows
+        got, want = (pq.read_table(str(root / split)).sort_by("flight_id")
+                     for root in (tmp_path / "dataset", tmp_path / "local"))
+        assert got.schema == want.schema and got.equals(want), split  # the same rows, features and values
+    _assert_close(remote["features"], local.features["features"])
+    assert remote["columns"] == local.features["columns"]
+    # no JVM on a Connect client: no lineage listener, so no sources (the splits are the lineage)
+    assert "sources" not in remote["dataset"] and local.features["dataset"]["sources"]
+
+    rc, out, err = _sparktrain(tmp_path, "train", config, "--master", connect_url, *sets)
+    assert rc == 0, err[-3000:]
+    assert "training torch (ddp) with 2 workers" in err
+    assert "cannot tell how many tasks" not in err  # the slot check read local[2] from the server
+    auc = float(re.search(r"^  test_auc\s+([0-9.]+)", out, re.MULTILINE).group(1))
+    assert 0.75 < auc <= 1.0, out
+    assert re.search(r"^epochs: 2 ", out, re.MULTILINE), out
