@@ -1,4 +1,4 @@
-"""The same job against a Spark Connect server (sc://): preprocess and barrier training, from the CLI."""
+"""The same job against a Spark Connect server (sc://): preprocess, barrier training, MLflow, scoring, from the CLI."""
 
 from __future__ import annotations
 
@@ -94,8 +94,10 @@ def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sam
     from sparktrain.jvm import local_path
 
     sample = os.path.dirname(local_path(flights_sample.inputFiles()[0]))
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
     overrides = [f"data.source={sample}", f"output.path={tmp_path / 'dataset'}", f"train.store={tmp_path / 'store'}",
-                 "train.epochs=2", "train.num_workers=2", "train.compare_baseline=false", "tracking.enabled=false"]
+                 "train.epochs=2", "train.num_workers=2", "train.compare_baseline=false", f"tracking.uri={tracking}",
+                 "tracking.model_name=connect-model"]
     sets = [x for o in overrides for x in ("--set", o)]
     config = REPO / "conf" / "flights.yaml"
 
@@ -124,3 +126,21 @@ def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sam
     auc = float(re.search(r"^  test_auc\s+([0-9.]+)", out, re.MULTILINE).group(1))
     assert 0.75 < auc <= 1.0, out
     assert re.search(r"^epochs: 2 ", out, re.MULTILINE), out
+
+    # MLflow: the run, its metric and the registered model, logged from the Connect client
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking, tracking)
+    version = client.get_model_version_by_alias("connect-model", "champion")
+    assert str(version.version) == "1"
+    assert client.get_run(version.run_id).data.metrics["test_auc"] == pytest.approx(auc, abs=1e-4)
+
+    # scoring through Connect with the registered model (it carries the fitted feature pipeline)
+    rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/connect-model@champion", "--input", sample,
+                               "--output", tmp_path / "scored", "--tracking-uri", tracking, "--master", connect_url)
+    assert rc == 0, err[-3000:]
+    scored = pq.read_table(str(tmp_path / "scored"))
+    assert scored.num_rows == flights_sample.count()
+    probability = scored.column("probability").to_numpy()
+    assert ((probability > 0) & (probability < 1)).all()
+    assert set(scored.column("prediction").to_pylist()) == {0.0, 1.0}
