@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparktrain.errors import ConfigError, DataError, MissingColumnError
+from sparktrain.features.compile import quote, sql_double
 
 #: Prefix of the intermediate columns the compiled pipeline creates (dropped by the assembler).
 INTERNAL_PREFIX = "__st_"
@@ -71,10 +72,17 @@ def _per_column(values: List[int], n: int, default: int, name: str) -> List[int]
     return list(values)
 
 
-def _require_columns(dataset: DataFrame, cols: List[str], where: str) -> None:
+def _require_columns(dataset: DataFrame, cols: List[str], where: str) -> List[str]:
+    """Raise :class:`MissingColumnError` for the first of ``cols`` not in ``dataset``; return its columns.
+
+    The schema is fetched once (each ``dataset.columns`` is a JVM round trip).
+    """
+    available = dataset.columns
+    present = set(available)
     for c in cols:
-        if c not in dataset.columns:
-            raise MissingColumnError(c, dataset.columns, where)
+        if c not in present:
+            raise MissingColumnError(c, available, where)
+    return available
 
 
 def _check_lengths(inputs: List[str], outputs: List[str], stage: str) -> None:
@@ -201,9 +209,10 @@ class ColumnScalerModel(Model, _ColumnScalerParams, DefaultParamsReadable, Defau
     def _transform(self, dataset: DataFrame) -> DataFrame:
         inputs, outputs = self.getInputCols(), self.getOutputCols()
         _require_columns(dataset, inputs, "the DataFrame given to ColumnScalerModel.transform")
-        exprs = [((F.col(c).cast("double") - F.lit(o)) / F.lit(s)).alias(out)
-                 for c, out, o, s in zip(inputs, outputs, self.getOffsets(), self.getScales())]
-        return dataset.withColumns({out: e for out, e in zip(outputs, exprs)})
+        # one projection from SQL text: a single JVM call however many columns
+        exprs = {out: F.expr(f"(CAST({quote(c)} AS DOUBLE) - {sql_double(o)}) / {sql_double(s)}")
+                 for c, out, o, s in zip(inputs, outputs, self.getOffsets(), self.getScales())}
+        return dataset.withColumns(exprs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -443,29 +452,34 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
         if len(f_in) != len(f_out) or len(i_in) != len(i_out):
             raise ConfigError("FlatFeatureAssembler", (f_in, f_out, i_in, i_out),
                               "give one output column per input column")
-        _require_columns(dataset, f_in + i_in, "the DataFrame given to FlatFeatureAssembler.transform")
+        available = _require_columns(dataset, f_in + i_in, "the DataFrame given to FlatFeatureAssembler.transform")
         outputs = set(f_out) | set(i_out)
-        cols = []
+        cols: List[str] = []
         key, label = self.getKeyCol(), self.getLabelCol()
-        if key and key in dataset.columns:
-            cols.append(F.col(key))
-        if label and label in dataset.columns:
-            cols.append(label_column(dataset.schema[label].dataType, label))
+        if key and key in available:
+            cols.append(quote(key))
+        if label and label in available:
+            cols.append(label_sql(dataset.schema[label].dataType, label))
         if self.getKeepInputCols():
-            cols += [F.col(c) for c in dataset.columns
+            cols += [quote(c) for c in available
                      if not c.startswith(INTERNAL_PREFIX) and c not in outputs and c not in (key, label)]
-        cols += [F.col(c).cast("float").alias(o) for c, o in zip(f_in, f_out)]
-        cols += [F.col(c).cast("int").alias(o) for c, o in zip(i_in, i_out)]
-        return dataset.select(*cols)
+        cols += [f"CAST({quote(c)} AS FLOAT) AS {quote(o)}" for c, o in zip(f_in, f_out)]
+        cols += [f"CAST({quote(c)} AS INT) AS {quote(o)}" for c, o in zip(i_in, i_out)]
+        return dataset.selectExpr(*cols)  # one JVM call for the whole projection
+
+
+def label_sql(dtype: T.DataType, name: str) -> str:
+    """The label as training wants it, as SQL: boolean/fractional -> float32, integral -> int32, else as is."""
+    if isinstance(dtype, (T.BooleanType, T.FloatType, T.DoubleType, T.DecimalType)):
+        return f"CAST({quote(name)} AS FLOAT) AS {quote(name)}"
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return f"CAST({quote(name)} AS INT) AS {quote(name)}"
+    return quote(name)
 
 
 def label_column(dtype: T.DataType, name: str):
-    """The label as training wants it: boolean/fractional -> float32, integral -> int32, else unchanged."""
-    if isinstance(dtype, (T.BooleanType, T.FloatType, T.DoubleType, T.DecimalType)):
-        return F.col(name).cast("float").alias(name)
-    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        return F.col(name).cast("int").alias(name)
-    return F.col(name)
+    """:func:`label_sql` as a Column."""
+    return F.expr(label_sql(dtype, name))
 
 
 __all__ = [
