@@ -298,12 +298,19 @@ def test_fit_features_fits_what_pipeline_fit_fits_in_two_waves(raw_train, specs)
 
 
 def test_save_pipeline_model_writes_what_pipeline_model_save_writes(spark, model, raw_path, tmp_path):
+    import glob
     import os
 
     from pyspark.ml import PipelineModel
     from sparktrain.features.persist import save_pipeline_model
 
-    save_pipeline_model(model, str(tmp_path / "ours"))
+    sc = spark.sparkContext
+    sc.setJobGroup("sparktrain-save-test", "save_pipeline_model")
+    try:
+        save_pipeline_model(model, str(tmp_path / "ours"))
+    finally:
+        sc.setJobGroup("", "")  # the next test's jobs are not counted
+    assert list(sc.statusTracker().getJobIdsForGroup("sparktrain-save-test")) == []  # plain files, no job
     model.write().save(str(tmp_path / "spark"))
 
     def layout(root):  # the folders holding data (Spark names its part files with a uuid)
@@ -311,6 +318,21 @@ def test_save_pipeline_model_writes_what_pipeline_model_save_writes(spark, model
                       if any(not f.startswith((".", "_")) for f in files))
 
     assert layout(tmp_path / "ours") == layout(tmp_path / "spark")
+    for folder in layout(tmp_path / "spark"):
+        ours = [f for f in glob.glob(str(tmp_path / "ours" / folder / "*")) if not os.path.basename(f).startswith("_")]
+        theirs = [f for f in glob.glob(str(tmp_path / "spark" / folder / "*"))
+                  if not os.path.basename(f).startswith(("_", "."))]
+        assert len(ours) == len(theirs) == 1, folder
+        if folder.endswith("metadata"):  # the same JSON, but for when it was written
+            a, b = (json.loads(open(f).read()) for f in (ours[0], theirs[0]))
+            assert a.pop("timestamp") > 0 and b.pop("timestamp") > 0
+            assert a == b, folder
+        else:  # a JVM model's data: the same schema (names, types, nullability) and values
+            a, b = pq.read_table(ours[0]), pq.read_table(theirs[0])
+            assert a.schema.remove_metadata() == b.schema.remove_metadata(), folder
+            assert a.to_pylist() == b.to_pylist(), folder
+    assert {os.path.basename(os.path.dirname(p)).split("_")[1] for p in glob.glob(
+        str(tmp_path / "ours" / "stages" / "*" / "data"))} >= {"Imputer", "StringIndexer"}  # both JVM writers covered
     loaded = PipelineModel.load(str(tmp_path / "ours"))
     assert [s.uid for s in loaded.stages] == [s.uid for s in model.stages]
     raw = spark.read.parquet(raw_path)

@@ -1,15 +1,22 @@
-"""Save a fitted feature ``PipelineModel`` with its stages written concurrently.
+"""Save a fitted feature ``PipelineModel`` without a Spark job per stage.
 
 ``PipelineModel.write().save(path)`` writes the pipeline's metadata, then each
 stage, one after another; every stage is one to three tiny Spark jobs
 (metadata, then a Parquet file of fitted values for the JVM models), so a
-nine-stage model costs about as many round trips.  :func:`save_pipeline_model`
-writes the same files, in the same layout (PySpark's
-``PipelineSharedReadWrite``), with the stages saved from a few threads:
-``PipelineModel.load`` reads the result like any other saved model.  On a
-local path, metadata that ``DefaultParamsWriter`` would write with a one-row
-Spark job (the pipeline's own, and that of every pure-Python stage) is
-written as the same single text file directly.
+nine-stage model costs about as many jobs, which compete for the task slots
+with whatever runs beside them.  :func:`save_pipeline_model` writes the same
+files, in the same layout (PySpark's ``PipelineSharedReadWrite``), and
+``PipelineModel.load`` reads the result like any other saved model:
+
+* On a local path every stage is written as plain files, with no Spark job:
+  the metadata JSON as ``DefaultParamsWriter`` renders it (for a JVM stage,
+  Spark's own ``DefaultParamsWriter.getMetadataToSave``), and for the JVM
+  models this pipeline uses, their one-row Parquet data file with the schema
+  their Spark writer gives it (``ImputerModel``: one double column per input
+  column; ``StringIndexerModel``: ``labelsArray``).  Any other JVM stage is
+  saved by its own writer.
+* Elsewhere (HDFS, object stores) each stage is saved by its own writer, a
+  few stages at a time.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
     path : str
         Target folder (any URI the session can write).
     parallel : int
-        Stages saved at the same time.
+        Stages saved at the same time by their own writers (paths that are not local).
 
     Examples
     --------
@@ -39,7 +46,7 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
     """
     from pyspark import inheritable_thread_target
     from pyspark.ml.pipeline import PipelineSharedReadWrite
-    from pyspark.ml.util import DefaultParamsWriter
+    from pyspark.ml.util import DefaultParamsWriter, JavaMLWriter
     from pyspark.sql import SparkSession
     from pyspark.sql.utils import is_remote
 
@@ -69,11 +76,17 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
         writer = stage.write()
         if type(writer) is DefaultParamsWriter:  # its saveImpl is exactly saveMetadata
             save_metadata(stage, target)
-        else:
+        elif (local is None or not isinstance(writer, JavaMLWriter)
+              or not _save_java_stage_files(stage, _local_dir(target, spark) or target, spark)):
             writer.session(spark).save(target)
 
     if local is not None and os.path.exists(local):
         raise FileExistsError(f"'{path}' already exists; choose a new folder for the model")
+    if local is not None:  # plain files: no thread pool needed
+        save_metadata(model, path, {"stageUids": [s.uid for s in stages], "language": "Python"})
+        for i in range(len(stages)):
+            save_stage(i)
+        return
     run = inheritable_thread_target(spark)
     with ThreadPoolExecutor(max(1, parallel)) as pool:
         meta = pool.submit(run(save_metadata), model, path, {"stageUids": [s.uid for s in stages],
@@ -82,6 +95,45 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
         errors = [e for e in (f.exception() for f in futures) if e is not None]
     if errors:
         raise errors[0]
+
+
+_METADATA_ONLY = "org.apache.spark.ml.util.DefaultParamsWriter"
+_IMPUTER_WRITER = "org.apache.spark.ml.feature.ImputerModel$ImputerModelWriter"
+_INDEXER_WRITER = "org.apache.spark.ml.feature.StringIndexerModel$StringIndexModelWriter"
+
+
+def _save_java_stage_files(stage: Any, folder: str, spark: Any) -> bool:
+    """Write a JVM stage's ``metadata/`` (and ``data/``) under the local ``folder`` as its Spark writer would.
+
+    Returns False, writing nothing, for a stage whose writer is not one of
+    the known ones (the caller then uses the stage's own writer).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    java = stage._java_obj  # stage.write() has just moved the Python params to it
+    kind = java.write().getClass().getName()
+    if kind == _METADATA_ONLY:  # e.g. SQLTransformer, Bucketizer: params only
+        data = None
+    elif kind == _IMPUTER_WRITER:  # surrogateDF: one row, one non-null double per input column
+        row = stage.surrogateDF.head().asDict()  # a local relation when fitted here: no job
+        data = pa.table([pa.array([float(v)], pa.float64()) for v in row.values()],
+                        schema=pa.schema([pa.field(n, pa.float64(), nullable=False) for n in row]))
+    elif kind == _INDEXER_WRITER:  # Data(labelsArray: Array[Array[String]])
+        labels = [[str(v) for v in column] for column in java.labelsArray()]
+        data = pa.table({"labelsArray": pa.array([labels], pa.list_(pa.list_(pa.string())))})
+    else:
+        return False
+    jvm = spark._jvm
+    none = jvm.scala.Option.empty()
+    text = jvm.org.apache.spark.ml.util.DefaultParamsWriter.getMetadataToSave(java, spark._jsparkSession, none, none)
+    os.makedirs(os.path.join(folder, "metadata"))
+    with open(os.path.join(folder, "metadata", "part-00000"), "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    if data is not None:
+        os.makedirs(os.path.join(folder, "data"))
+        pq.write_table(data, os.path.join(folder, "data", "part-00000.snappy.parquet"), compression="snappy")
+    return True
 
 
 def _local_dir(path: str, spark: Any) -> Optional[str]:
