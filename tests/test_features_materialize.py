@@ -151,6 +151,23 @@ def test_a_vocabulary_over_its_limit_is_refused_exactly_without_writing(spark, s
     assert next(f for f in result.features["features"] if f["name"] == "tailnum")["vocab_size"] == tails
 
 
+def test_a_min_frequency_no_value_reaches_names_the_source_column_not_the_pipelines(spark, sample_dir, tmp_path):
+    from sparktrain.features.materialize import materialize
+
+    top = spark.read.parquet(sample_dir).groupBy("dest").count().orderBy("count", ascending=False).first()
+    cfg = _cfg(tmp_path / "dataset", source=sample_dir,
+               features=[{"name": "destination", "type": "categorical", "column": "dest",
+                          "min_frequency": top["count"] + 1},
+                         {"name": "distance", "type": "numeric"}])
+    with pytest.raises(DataError) as err:
+        materialize(spark, cfg)
+    msg = str(err.value)
+    assert (f"column 'dest' (feature 'destination', categorical) has no value seen at least {top['count'] + 1:,} "
+            f"times (min_frequency) in the rows the features are fitted on" in msg)
+    assert f"Lower min_frequency (now {top['count'] + 1})" in msg and "__st_" not in msg
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_overwrite_false_refuses_an_existing_dataset(spark, flights_sample, tmp_path):
     from sparktrain.features.materialize import materialize
 

@@ -16,9 +16,9 @@ fits the same stages of a pipeline built by
    values (:func:`~sparktrain.features.stages.top_values`).  ``check`` then
    sees the checks' values and can raise before anything is built.
 2. **Models from the statistics**: ``StringIndexerModel`` and
-   ``VocabularyIndexerModel`` from the counts; each ``ImputerModel`` by
-   ``Imputer.fit`` on one row of its surrogates (the mean or median of one
-   value is that value: a job over one local row, not over the data); the
+   ``VocabularyIndexerModel`` from the counts; each ``ImputerModel`` from
+   its surrogates with the JVM constructor ``Imputer.fit`` itself ends with
+   (no job; on Spark Connect, ``Imputer.fit`` on one row of them); the
    ``ColumnScalerModel`` from the moments of the imputed column, exact
    functions of the non-null moments and the ``k`` imputed copies of the
    surrogate (Chan et al.'s pairwise update); and the ``QuantileDiscretizer``
@@ -81,9 +81,10 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
         ``plan_features`` of the same specs (and types) as ``pipeline``.
     train : str, optional
         SQL predicate selecting the rows to fit on; all rows when omitted.
-    extra : sequence of Column
-        Aggregate columns evaluated over *all* rows (one job, concurrent with
-        the statistics); their values are passed to ``check`` and returned.
+    extra : sequence of Column or str
+        Aggregates evaluated over *all* rows (one job, concurrent with the
+        statistics), as Columns or SQL text (``"count(x) AS n"``); their
+        values are passed to ``check`` and returned.
     check : callable, optional
         Called with the ``extra`` values (a dict) before any model is built;
         raise from it to stop.
@@ -110,35 +111,40 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     cond = train or "true"
     layout = _layout(stages, plan)
     if layout is None:  # not compile_pipeline's shape: validate, then fit stage by stage
-        checked_all = dataset.agg(*extra).first().asDict() if extra else {}
+        checked_all = (dataset.agg(*[F.expr(a) if isinstance(a, str) else a for a in extra]).first().asDict()
+                       if extra else {})
         if check is not None:
             check(checked_all)
         model = fit_pipeline(pipeline, dataset.where(cond))
         return FitResult(model, md.fitted_values(model), checked_all)
 
-    needs, medians, string_specs = layout
+    needs, medians, index_specs = layout
     sources = list(needs)
     train_rows = dataset.where(cond)
-    base = train_rows.select(*[F.expr(plan.stats_source[c]).alias(f"__st_s{j}") for j, c in enumerate(sources)])
-    moments = [F.count(F.lit(1)).alias("__rows")]
-    moments += [F.expr(f"{fn}(__st_s{j})").alias(f"__s{j}_{name}")
+    # SQL text, one JVM call per projection or aggregation (a Column per expression is a round trip each)
+    base = train_rows.selectExpr(*[f"{plan.stats_source[c]} AS __st_s{j}" for j, c in enumerate(sources)])
+    moments = ["count(1) AS __rows"]
+    moments += [f"{fn}(__st_s{j}) AS __s{j}_{name}"
                 for j, c in enumerate(sources) for name, fn in _MOMENTS if name in needs[c]]
     # separate jobs: see the module docstring (codegen and JIT limits)
-    median_aggs = [F.expr(f"percentile_approx(__st_s{j}, 0.5, {medians[c]})").alias(f"__s{j}_median")
+    median_aggs = [f"percentile_approx(__st_s{j}, 0.5, {medians[c]}) AS __s{j}_median"
                    for j, c in enumerate(sources) if c in medians]
     prepared = stages[0].transform(train_rows)
     indexers = [k for k, st in enumerate(stages) if _kind(st) == "indexer"]
     run = inheritable_thread_target(dataset.sparkSession)
 
     def first(frame: Any, aggs: Sequence[Any]) -> Dict[str, Any]:
-        return frame.agg(*aggs).first().asDict()
+        """One global aggregation; ``aggs`` are SQL text (``"expr AS alias"``) or Columns."""
+        if all(isinstance(a, str) for a in aggs):
+            return frame.selectExpr(*aggs).first().asDict()
+        return frame.agg(*[F.expr(a) if isinstance(a, str) else a for a in aggs]).first().asDict()
 
     with ThreadPoolExecutor(4) as pool:
         checks = pool.submit(run(first), dataset, extra) if extra else None
         jobs = [pool.submit(run(first), base, moments)]
         if median_aggs:
             jobs.append(pool.submit(run(first), base, median_aggs))
-        counted = (pool.submit(run(_count_labels), [stages[k] for k in indexers], prepared, string_specs)
+        counted = (pool.submit(run(_count_labels), [stages[k] for k in indexers], prepared, index_specs)
                    if indexers else None)
         errors = _results([f for f in (checks, *jobs, counted) if f is not None])  # all done before raising
     checked = checks.result() if checks is not None else {}
@@ -197,7 +203,7 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
     Returns the moments needed per prepared numeric column (an Imputer's
     mean, a scaler's count/mean/variance or count/min/max), the median
     accuracy per median-imputed column and the feature spec of each
-    StringIndexer column.
+    indexed column (StringIndexer or VocabularyIndexer input).
     """
     from sparktrain.features.spec import CategoricalFeature
 
@@ -211,7 +217,7 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
     needs: Dict[str, Set[str]] = {}
     vocab = {plan.internal(s.name, "str"): s for s in plan.specs
              if isinstance(s, CategoricalFeature) and s.hash_buckets is None}
-    string_specs: Dict[str, Any] = {}
+    index_specs: Dict[str, Any] = {}
     for stage in stages[1:]:
         kind = _kind(stage)
         if kind == "indexer" and _is_string_indexer(stage):
@@ -219,7 +225,8 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
                     or stage.getStringOrderType() != "frequencyDesc"
                     or any(c not in vocab for c in stage.getInputCols())):
                 return None
-            string_specs.update({c: vocab[c] for c in stage.getInputCols()})
+        if kind == "indexer":
+            index_specs.update({c: vocab[c] for c in stage.getInputCols() if c in vocab})
         if kind in ("indexer", "assembler"):
             continue
         inputs = stage.getInputCols() if stage.isSet("inputCols") else []
@@ -244,7 +251,7 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
                 # standard also reads min/max: a constant column is recognized exactly (see _imputed_moments)
                 needs[src] = needs.get(src, set()) | ({"n", "mean", "var", "min", "max"} if method == "standard"
                                                      else {"n", "min", "max"})
-    return needs, medians, string_specs
+    return needs, medians, index_specs
 
 
 def _is_string_indexer(stage: Any) -> bool:
@@ -257,13 +264,18 @@ def _count_labels(indexers: Sequence[Any], prepared: Any, specs: Mapping[str, An
     """Every indexer's vocabularies in one counting job (:func:`~sparktrain.features.stages.top_values`).
 
     A StringIndexer column keeps at most ``vocab_limit + 1`` values, so a
-    vocabulary over its limit is refused without collecting it.
+    vocabulary over its limit is refused without collecting it.  Errors name
+    the source column and the feature (``specs``: internal column -> spec),
+    not the pipeline's internal column.
     """
     from pyspark.sql import functions as F
 
     from sparktrain.features.stages import top_values
 
-    columns, mins, caps, owners = [], [], [], []
+    columns: List[Any] = []
+    mins: List[int] = []
+    caps: List[int] = []
+    owners: List[str] = []
     for stage in indexers:
         inputs = stage.getInputCols()
         if _is_string_indexer(stage):
@@ -273,15 +285,23 @@ def _count_labels(indexers: Sequence[Any], prepared: Any, specs: Mapping[str, An
         columns += [F.col(c) for c in inputs]
         mins += lo
         caps += hi
-        owners += [(stage, c) for c in inputs]
+        owners += inputs
     labels = top_values(prepared, columns, mins, caps)
-    for (stage, c), found in zip(owners, labels):
+    for c, found, least in zip(owners, labels, mins):
         spec = specs.get(c)
-        if spec is not None and _is_string_indexer(stage) and len(found) > spec.vocab_limit:
+        if spec is None:
+            continue
+        seen = f" seen at least {least:,} times (min_frequency)" if least > 1 else ""
+        if len(found) > spec.vocab_limit:
             raise DataError(
                 f"column '{spec.source}' (feature '{spec.name}', categorical) has more than {spec.vocab_limit:,} "
-                f"distinct values, over its vocab_limit={spec.vocab_limit}. Set max_vocab to keep the most "
+                f"distinct values{seen}, over its vocab_limit={spec.vocab_limit}. Set max_vocab to keep the most "
                 f"frequent ones, raise min_frequency or vocab_limit, or use hash_buckets: N.")
+        if not found:
+            raise DataError(
+                f"column '{spec.source}' (feature '{spec.name}', categorical) has no value{seen} in the rows the "
+                f"features are fitted on (the train split), so its vocabulary would be empty. Lower "
+                f"min_frequency (now {spec.min_frequency}), or drop the feature.")
     return labels
 
 
@@ -308,6 +328,27 @@ def _indexer_model(stage: Any, labels: List[List[str]], prepared: Any) -> Any:
     return stage._copyValues(model)
 
 
+def _imputer_model(stage: Any, surrogates: List[float]) -> Any:
+    """The ``ImputerModel`` that ``stage.fit`` builds for these surrogates (one per input column), with no job.
+
+    ``Imputer.fit`` computes the surrogates and calls the same JVM constructor
+    (``ImputerModel(uid, inputCols, surrogates)``); the values are known here.
+    """
+    from pyspark import SparkContext
+    from pyspark.ml.feature import ImputerModel
+
+    gateway = SparkContext._gateway
+    if gateway is None:  # pragma: no cover - a fitted stage implies a live SparkContext
+        raise RuntimeError("no active SparkContext to build the ImputerModel in")
+    inputs = stage.getInputCols()
+    names = gateway.new_array(gateway.jvm.java.lang.String, len(inputs))
+    values = gateway.new_array(gateway.jvm.double, len(inputs))
+    for i, (c, v) in enumerate(zip(inputs, surrogates)):
+        names[i], values[i] = c, v
+    java_model = gateway.jvm.org.apache.spark.ml.feature.ImputerModel(stage.uid, names, values)
+    return stage._copyValues(ImputerModel(java_model))
+
+
 def _results(futures: Sequence[Future]) -> List[BaseException]:
     errors = []
     for f in futures:
@@ -326,6 +367,7 @@ def _models_from_statistics(stages: Sequence[Any], stats: Mapping[str, Mapping[s
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
+    from pyspark.sql.utils import is_remote
 
     spark = prepared.sparkSession
     surrogate: Dict[str, float] = {}
@@ -348,9 +390,12 @@ def _models_from_statistics(stages: Sequence[Any], stats: Mapping[str, Mapping[s
                         f"{names.get(missing[0], repr(missing[0]))} has no usable value in the {rows:,} rows "
                         f"the features are fitted on (the train split), so there is nothing to impute "
                         f"{key} from. Check the split (data.key, split.*) or use impute: constant.")
-                one = spark.createDataFrame([tuple(float(v) for v in vals)],
-                                            T.StructType([T.StructField(c, T.DoubleType()) for c in inputs]))
-                jobs[k] = pool.submit(run(stage.fit), one)
+                if is_remote():  # no JVM handle on Spark Connect: fit on one row of the surrogates
+                    one = spark.createDataFrame([tuple(float(v) for v in vals)],
+                                                T.StructType([T.StructField(c, T.DoubleType()) for c in inputs]))
+                    jobs[k] = pool.submit(run(stage.fit), one)
+                else:
+                    out[k] = _imputer_model(stage, [float(v) for v in vals])
             elif kind == "discretizer":
                 fill = {c: F.coalesce(F.col(source[c]), F.lit(surrogate[c])) for c in stage.getInputCols()
                         if c in surrogate}

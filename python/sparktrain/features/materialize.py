@@ -51,7 +51,7 @@ from sparktrain.config import JobConfig, SplitConfig
 from sparktrain.features import metadata as md
 from sparktrain.features.compile import compile_pipeline, plan_features, quote, source_columns
 from sparktrain.features.fit import fit_features
-from sparktrain.features.validate import check_results, check_schema, validation_aggregates
+from sparktrain.features.validate import check_results, check_schema, validation_sql
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +177,9 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     pipeline = compile_pipeline(specs, key=key, label=label, types=types)
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     out = cfg.output
-    checks = validation_aggregates(types, specs, key, label, distinct=False)  # the fit counts them exactly
-    checks += [F.expr(f"count_if({SPLIT_COLUMN} = '{s}')").alias(f"split_{s}") for s in SPLITS]
-    tagged = (df.select(*[F.col(quote(c)) for c in needed])
-              .withColumn(SPLIT_COLUMN, F.expr(split_expression(key, cfg.split))))
+    checks = validation_sql(types, specs, key, label, distinct=False)  # the fit counts vocabularies exactly
+    checks += [f"count_if({SPLIT_COLUMN} = '{s}') AS split_{s}" for s in SPLITS]
+    tagged = df.selectExpr(*[quote(c) for c in needed], f"{split_expression(key, cfg.split)} AS {SPLIT_COLUMN}")
     with atomic_dir(out.path, overwrite=out.overwrite) as staging, LineageRecorder(spark) as lineage:
         raw = posixpath.join(staging, RAW_DIR)
         counts: Dict[str, int] = {}
@@ -193,7 +192,7 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
         if stage_input:
             with _step("stage input + validate", timings) as info:
                 obs = Observation("sparktrain_preprocess")
-                tagged.observe(obs, *checks).write.partitionBy(SPLIT_COLUMN).parquet(raw)
+                tagged.observe(obs, *[F.expr(c) for c in checks]).write.partitionBy(SPLIT_COLUMN).parquet(raw)
                 info["rows"] = int(obs.get["rows"])
             check(obs.get)
             data, extra = spark.read.parquet(raw), []

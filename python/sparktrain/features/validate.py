@@ -93,6 +93,12 @@ def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec]
     """
     from pyspark.sql import functions as F
 
+    return [F.expr(e) for e in validation_sql(types, specs, key, label, distinct)]
+
+
+def validation_sql(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: Optional[str] = None,
+                   label: Optional[str] = None, distinct: bool = True) -> List[str]:
+    """:func:`validation_aggregates` as SQL text (``"<aggregate> AS `<alias>`"``), e.g. for one ``selectExpr``."""
     exprs: List[Tuple[str, str]] = [("rows", "count(1)")]
     if key:
         exprs.append(("keys", f"count({quote(key)})"))
@@ -119,7 +125,7 @@ def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec]
         if (distinct and isinstance(spec, CategoricalFeature) and spec.hash_buckets is None
                 and spec.max_vocab is None and spec.min_frequency == 1):
             exprs.append((f"v{i}_distinct", f"approx_count_distinct({s}, 0.02)"))
-    return [F.expr(e).alias(a) for a, e in exprs]
+    return [f"{e} AS {quote(a)}" for a, e in exprs]
 
 
 def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label: Optional[str] = None,
@@ -175,8 +181,9 @@ def validate(df: Any, specs: Sequence[FeatureSpec], key: Optional[str] = None,
     327346
     """
     types = check_schema(df.schema, specs, key, label)
-    row = df.agg(*validation_aggregates(types, specs, key, label)).first()
+    row = df.selectExpr(*validation_sql(types, specs, key, label)).first()  # a global aggregate
     return check_results(row.asDict(), specs, label, types)
 
 
-__all__ = ["ACCEPTED", "ValidationReport", "check_results", "check_schema", "validate", "validation_aggregates"]
+__all__ = ["ACCEPTED", "ValidationReport", "check_results", "check_schema", "validate", "validation_aggregates",
+           "validation_sql"]
