@@ -3,22 +3,27 @@
 Usage (from the repo root)::
 
     PYTHONPATH=python .venv/bin/python bench/preprocess.py [--scales 1,5,20] [--cores 2] \
-        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas,copy] [--repeat 3]
+        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas,copy] [--warmup 5] [--repeat 5]
 
 Both sides run the feature spec of ``conf/flights.yaml`` on the same raw rows:
 the flights join at ``scale`` N, exported once (untimed) to Parquet under
-``work/bench/preprocess/``.  Each side then does the whole job: read, split
-80/10/10 by a hash of the key, fit on train, transform all splits, write
-three Parquet datasets (zstd, 65,536-row groups) and ``features.json``.
+``work/bench/preprocess/``.  Each side then does the whole job and delivers
+the same things: read, check the input (nulls, NaN/inf, casts; an error
+stops the job), split 80/10/10 by a hash of the key, fit on train, transform
+all splits, write three Parquet datasets (zstd, 65,536-row groups) with a
+``_manifest.json`` each (files, row groups, sha256) and ``features.json``,
+all staged and committed by one rename (:func:`sparktrain.data.manifest.atomic_dir`).
 
 * **spark**: :func:`sparktrain.features.materialize.materialize` in a fresh
-  ``local[cores]`` session with ``spark.driver.memory``; a small warm-up run
-  first (untimed), as on a long-lived cluster.
-* **pandas**: pyarrow reads the whole table, numpy/pandas fit the same
-  statistics, :func:`sparktrain.features.local.transform_local` transforms,
-  ``pq.write_table`` writes.  It runs under a memory cap (polled every 0.1 s;
-  default 2 GiB, about what the Spark side's process tree uses with a 1 GB
-  heap): going over it is reported as OOM, not a crash of the benchmark.
+  ``local[cores]`` session with ``spark.driver.memory`` (it also saves the
+  fitted ``PipelineModel``).
+* **pandas**: pyarrow reads the whole table, pyarrow/numpy compute the same
+  checks (:func:`sparktrain.features.validate.check_results` judges them)
+  and fit the same statistics, :func:`sparktrain.features.local.transform_local`
+  transforms, ``pq.write_table`` writes.  It runs under a memory cap (polled
+  every 0.1 s; default 2 GiB, about what the Spark side's process tree uses
+  with a 1 GB heap): going over it is reported as OOM, not a crash of the
+  benchmark.
 * **copy** (the Spark floor): a Spark job that reads the same columns,
   tags the split and writes the three splits (same codec and row groups), with
   no checks, no fit and no transform; what any Spark implementation pays.
@@ -27,9 +32,14 @@ Each side runs in its own subprocess; peak memory is the peak of the summed
 PSS (proportional set size, Linux; RSS elsewhere) of that process tree: the
 driver python, the JVM and any Python workers for Spark.  The table shows rows/s,
 peak memory and the ratios spark/pandas.  Each side runs the whole job
-``--repeat`` times in its process: the table shows the first run (a fresh
-process: JIT and code generation are cold, more so for the JVM) and the best
-run (the steady state of a long-lived cluster, notebook kernel or service).
+``--warmup + --repeat`` times in its process: the table shows the first run
+(a fresh process: JIT and code generation are cold, more so for the JVM, as
+for a one-off ``spark-submit``) and the median and best of the last
+``--repeat`` runs (the steady state of a long-lived cluster, notebook kernel
+or service; the JVM's JIT keeps compiling Spark's planner for about ten
+runs, so fewer warm-up runs measure part of its warm-up).  The Spark side's
+step times (fit: checks and statistics; write: transform, write, model save,
+manifests) come from :class:`~sparktrain.features.materialize.PreprocessResult`.
 """
 
 from __future__ import annotations
@@ -77,14 +87,11 @@ def child_spark(args: argparse.Namespace) -> None:
 
     spark = _session(args.cores, args.driver_memory, "bench-preprocess")
     cfg = load_config(CONFIG)
-    df = spark.read.parquet(args.raw)
-    warm = replace(cfg, output=replace(cfg.output, path=args.out + "-warmup"))
-    materialize(spark, warm, df.where("abs(hash(flight_id)) % 50 = 0"))
     # as a user would run it: data.source is the Parquet path (re-read per pass, no staging copy)
     cfg = replace(cfg, data=replace(cfg.data, source=args.raw, format="parquet"),
                   output=replace(cfg.output, path=args.out, overwrite=True))
     runs, steps, cpu = [], [], []
-    for _ in range(args.repeat):
+    for _ in range(args.warmup + args.repeat):
         c0, t0 = _tree_cpu(), time.perf_counter()
         result = materialize(spark, cfg)
         runs.append(time.perf_counter() - t0)
@@ -112,19 +119,16 @@ def child_copy(args: argparse.Namespace) -> None:
     cfg = load_config(CONFIG)
     cols = list(dict.fromkeys(source_columns(cfg.features) + [cfg.data.key, cfg.data.label]))
 
-    def job(where: Optional[str], out: str) -> None:
+    def job(out: str) -> None:
         df = spark.read.parquet(args.raw).select(*cols)
-        if where:
-            df = df.where(where)
         df = df.withColumn(SPLIT_COLUMN, F.expr(split_expression(cfg.data.key, cfg.split)))
         (parquet_writer(df, cfg.output.row_group_rows, cfg.output.compression).mode("overwrite")
          .partitionBy(SPLIT_COLUMN).parquet(out))
 
-    job("abs(hash(flight_id)) % 50 = 0", args.out + "-warmup")
     runs, cpu = [], []
-    for _ in range(args.repeat):
+    for _ in range(args.warmup + args.repeat):
         c0, t0 = _tree_cpu(), time.perf_counter()
-        job(None, args.out)
+        job(args.out)
         runs.append(time.perf_counter() - t0)
         cpu.append(_tree_cpu() - c0)
     rows = spark.read.parquet(args.out).count()
@@ -182,7 +186,7 @@ def child_pandas(args: argparse.Namespace) -> None:
     cfg = load_config(CONFIG)
     plan = plan_features(cfg.features, cfg.data.key, cfg.data.label)
     runs, cpu = [], []
-    for _ in range(args.repeat):
+    for _ in range(args.warmup + args.repeat):
         c0, t0 = _tree_cpu(), time.perf_counter()
         rows = _pandas_job(args, cfg, plan)
         runs.append(time.perf_counter() - t0)
@@ -205,34 +209,68 @@ def _tree_cpu() -> float:
     return total
 
 
-def _pandas_job(args: argparse.Namespace, cfg: Any, plan: Any) -> int:
-    import shutil
+def _pandas_checks(table: Any, cfg: Any, types: Dict[str, str]) -> None:
+    """The checks of :mod:`sparktrain.features.validate`, computed with pyarrow, judged by ``check_results``."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from sparktrain.features.spec import CrossedFeature, NumericFeature
+    from sparktrain.features.validate import check_results
 
+    target_of = {"numeric": pa.float64(), "datetime": pa.timestamp("us", tz="UTC"), "boolean": pa.bool_()}
+    values: Dict[str, Any] = {"rows": table.num_rows, "keys": table.num_rows - table.column(cfg.data.key).null_count,
+                              "labels": table.num_rows - table.column(cfg.data.label).null_count}
+    for i, spec in enumerate(cfg.features):
+        if isinstance(spec, CrossedFeature):
+            continue
+        col = table.column(spec.source)
+        target = target_of.get(spec.type)
+        if target is not None and pa.types.is_string(col.type):
+            parsed = (pa.chunked_array([pa.array(pd.to_numeric(col.to_pandas(), errors="coerce"), pa.float64())])
+                      if spec.type == "numeric" else pc.cast(col, target, safe=False))
+            bad = pc.and_(pc.is_valid(col), pc.is_null(parsed))
+            values[f"v{i}_bad"] = pc.sum(bad).as_py() or 0
+            values[f"v{i}_sample"] = pc.min(pc.filter(col, bad)).as_py()
+            col = parsed
+        if isinstance(spec, NumericFeature):
+            v = pc.cast(col, pa.float64())
+            values[f"v{i}_nonnull"] = len(v) - v.null_count
+            values[f"v{i}_nan"] = pc.sum(pc.is_nan(v)).as_py() or 0
+            values[f"v{i}_inf"] = pc.sum(pc.is_inf(v)).as_py() or 0
+        else:
+            values[f"v{i}_present"] = len(col) - col.null_count
+    check_results(values, cfg.features, cfg.data.label, types)
+
+
+def _pandas_job(args: argparse.Namespace, cfg: Any, plan: Any) -> int:
     import numpy as np
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from sparktrain.data.manifest import atomic_dir, build_manifest, write_manifest
     from sparktrain.features import metadata as md
     from sparktrain.features.compile import source_columns
     from sparktrain.features.local import transform_local
 
     key, label = cfg.data.key, cfg.data.label
-    shutil.rmtree(args.out, ignore_errors=True)
     table = pq.read_table(args.raw, columns=list(dict.fromkeys(source_columns(cfg.features) + [key, label])))
+    _pandas_checks(table, cfg, {f.name: str(f.type) for f in table.schema})
     bucket = pd.util.hash_array(table.column(key).to_numpy(zero_copy_only=False)) % 10_000
     names = np.where(bucket < 8000, 0, np.where(bucket < 9000, 1, 2))
     meta = fit_pandas(table.filter(pa.array(names == 0)), plan)
     rows = 0
-    for i, split in enumerate(("train", "validation", "test")):
-        part = table.filter(pa.array(names == i))
-        out = pa.table(transform_local(part, meta))
-        os.makedirs(os.path.join(args.out, split), exist_ok=True)
-        pq.write_table(out, os.path.join(args.out, split, "part-0.parquet"), row_group_size=65_536,
-                       compression="zstd")
-        rows += out.num_rows
-        del part, out
-    with open(os.path.join(args.out, "features.json"), "w") as fh:
-        fh.write(md.dumps(meta))
+    with atomic_dir(args.out, overwrite=True) as staging:
+        for i, split in enumerate(("train", "validation", "test")):
+            part = table.filter(pa.array(names == i))
+            out = pa.table(transform_local(part, meta))
+            folder = os.path.join(staging, split)
+            os.makedirs(folder)
+            pq.write_table(out, os.path.join(folder, "part-0.parquet"), row_group_size=65_536, compression="zstd")
+            write_manifest(folder, build_manifest(folder, extra={"split": split}))
+            rows += out.num_rows
+            del part, out
+        with open(os.path.join(staging, "features.json"), "w") as fh:
+            fh.write(md.dumps(meta))
     return rows
 
 
@@ -300,9 +338,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--engines", default="spark,pandas,copy", type=lambda s: s.split(","),
                    help="spark: our job; pandas: the single-process baseline; copy: the Spark floor (read, "
                         "split, write; no fit, no transform)")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="runs of the whole job per engine and scale, in one process; the table shows the first "
-                        "and the best (steady state, as on a long-lived cluster or kernel)")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="untimed-for-the-steady-state runs of the whole job before the timed ones, in the same "
+                        "process (the first of them is the cold run the table shows)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed runs of the whole job per engine and scale after the warm-up, in one process; "
+                        "the table shows their median and best (the steady state, as on a long-lived cluster "
+                        "or kernel)")
     p.add_argument("--raw")
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -311,7 +353,8 @@ def main(argv: Optional[List[str]] = None) -> None:
          "_copy": child_copy}[args.mode](args)
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    common = ["--cores", str(args.cores), "--scales", ",".join(map(str, args.scales)), "--repeat", str(args.repeat)]
+    common = ["--cores", str(args.cores), "--scales", ",".join(map(str, args.scales)), "--repeat", str(args.repeat),
+              "--warmup", str(args.warmup)]
     exp = run_child("_export", common)
     if exp["rc"] != 0:
         raise SystemExit(f"exporting the raw flights tables failed (exit {exp['rc']})")
@@ -326,7 +369,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                 res[engine] = {"peak_rss": 1, "oom": False, "rc": None}
                 continue
             out = str(WORK / f"out_{engine}_x{scale}")
-            subprocess.run(["rm", "-rf", out, out + "-warmup"], check=False)
+            subprocess.run(["rm", "-rf", out], check=False)
             res[engine] = run_child(mode, [*common, "--driver-memory", args.driver_memory, "--raw", raw,
                                            "--out", out], cap_bytes=cap)
             r = res[engine]
@@ -336,52 +379,73 @@ def main(argv: Optional[List[str]] = None) -> None:
     print_table(rows_out, args)
 
 
+def _steady(r: Dict[str, Any], key: str = "runs") -> List[float]:
+    """The timed runs after the warm-up (all runs when the child ran fewer)."""
+    values = r.get(key) or []
+    return values[-r["repeat"]:] if r.get("repeat") else values
+
+
 def print_table(results: List[Any], args: argparse.Namespace) -> None:
+    import statistics
+
     print(f"\nfeature preprocessing, conf/flights.yaml spec, local[{args.cores}] "
           f"(spark.driver.memory={args.driver_memory}; pandas capped at {args.pandas_cap_gb:g} GiB; "
-          f"{args.repeat} run(s) each)")
-    head = (f"{'scale':>5} {'rows':>10} | {'spark s':>13} {'rows/s':>9} {'peak MB':>8} | "
-            f"{'pandas s':>13} {'rows/s':>9} {'peak MB':>8} | {'time x':>11} {'mem x':>6}")
+          f"{args.warmup} warm-up + {args.repeat} timed run(s) each, in one process per side)")
+    head = (f"{'scale':>5} {'rows':>10} | {'spark s':>20} {'rows/s':>9} {'peak MB':>8} | "
+            f"{'pandas s':>20} {'rows/s':>9} {'peak MB':>8} | {'time x':>18} {'mem x':>6}")
     print(head)
     print("-" * len(head))
     for scale, res in results:
+        for r in res.values():
+            r["repeat"] = min(args.repeat, len(r.get("runs") or []))
         s, pd_ = res["spark"], res["pandas"]
         rows = s.get("rows") or pd_.get("rows") or 0
 
         def cells(r: Dict[str, Any]) -> str:
             if r.get("oom"):
-                return f"{'OOM':>13} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
+                return f"{'OOM':>20} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
             if r.get("rc") is None:
-                return f"{'skipped':>13} {'-':>9} {'-':>8}"
+                return f"{'skipped':>20} {'-':>9} {'-':>8}"
             if not r.get("seconds"):
-                return f"{'failed':>13} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
-            first, best = r["runs"][0], min(r["runs"])
-            return f"{first:>6.1f} / {best:>4.1f} {r['rows'] / best:>9,.0f} {r['peak_rss'] / 2**20:>8.0f}"
+                return f"{'failed':>20} {'-':>9} {r['peak_rss'] / 2**20:>8.0f}"
+            steady = _steady(r)
+            times = f"{r['runs'][0]:.1f} / {statistics.median(steady):.2f} / {min(steady):.2f}"
+            return f"{times:>20} {r['rows'] / statistics.median(steady):>9,.0f} {r['peak_rss'] / 2**20:>8.0f}"
 
         both = s.get("seconds") and pd_.get("seconds")
         if both:
-            tx = f"{s['runs'][0] / pd_['runs'][0]:>4.1f} / {min(s['runs']) / min(pd_['runs']):>4.2f}"
+            med = statistics.median(_steady(s)) / statistics.median(_steady(pd_))
+            tx = f"{s['runs'][0] / pd_['runs'][0]:.1f} / {med:.2f} / {min(_steady(s)) / min(_steady(pd_)):.2f}"
         else:
             tx = "-"
         mx = f"{s['peak_rss'] / pd_['peak_rss']:>6.2f}" if both else f"{'-':>6}"
-        print(f"{scale:>5} {rows:>10,} | {cells(s)} | {cells(pd_)} | {tx:>11} {mx}")
-    print("seconds: first run / best run; rows/s from the best run; time x = spark / pandas, first / best "
-          "(lower is better for spark); mem x = spark peak / pandas peak (PSS of the process tree)")
+        print(f"{scale:>5} {rows:>10,} | {cells(s)} | {cells(pd_)} | {tx:>18} {mx}")
+    print("seconds: first run (cold process) / median / best of the timed runs after the warm-up; rows/s from "
+          "the median; time x = spark / pandas for each (lower is better for spark); mem x = spark peak / "
+          "pandas peak (PSS of the process tree)")
     for scale, res in results:
-        c, pd_ = res["copy"], res["pandas"]
+        s, c, pd_ = res["spark"], res["copy"], res["pandas"]
+        if s.get("steps") and pd_.get("seconds"):
+            steady = s["steps"][-s["repeat"]:]
+            pandas = statistics.median(_steady(pd_))
+            parts = [(name, statistics.median(step[name] for step in steady)) for name in steady[-1] if name != "total"]
+            print(f"our job's steps at {scale}x (median): " + ", ".join(
+                f"{name} {sec:.2f} s ({sec / pandas:.2f}x pandas' whole job)" for name, sec in parts))
         if c.get("seconds"):
-            ratio = (f", {c['runs'][0] / pd_['runs'][0]:.1f}x / {min(c['runs']) / min(pd_['runs']):.2f}x pandas"
-                     if pd_.get("seconds") else "")
-            print(f"Spark floor at {scale}x (read, split, write the same rows; no fit, no transform): "
-                  f"{c['runs'][0]:.1f} / {min(c['runs']):.2f} s{ratio}; our job is "
-                  f"{min(res['spark']['runs']) / min(c['runs']):.2f}x the floor (best runs)"
-                  if res["spark"].get("seconds") else
-                  f"Spark floor at {scale}x: {c['runs'][0]:.1f} / {min(c['runs']):.2f} s{ratio}")
+            med = statistics.median(_steady(c))
+            ratio = f", {med / statistics.median(_steady(pd_)):.2f}x pandas" if pd_.get("seconds") else ""
+            mine = (f"; our job is {statistics.median(_steady(s)) / med:.2f}x the floor" if s.get("seconds") else "")
+            print(f"Spark floor at {scale}x (read, split, write the same rows; no checks, fit or transform): "
+                  f"{c['runs'][0]:.1f} s cold, {med:.2f} s median{ratio}{mine}")
     for scale, res in results:
-        parts = [f"{engine} {min(res[engine]['cpu']):.1f}" for engine in ("spark", "pandas", "copy")
-                 if res[engine].get("cpu")]
+        for engine in ("spark", "pandas"):
+            if res[engine].get("runs"):
+                print(f"{engine} runs at {scale}x, in order (s): " + ", ".join(f"{t:.2f}" for t in res[engine]["runs"]))
+    for scale, res in results:
+        parts = [f"{engine} {statistics.median(_steady(res[engine], 'cpu')):.1f}"
+                 for engine in ("spark", "pandas", "copy") if res[engine].get("cpu")]
         if parts:
-            print(f"CPU seconds of the process tree (fewest of the runs) at {scale}x: " + ", ".join(parts))
+            print(f"CPU seconds of the process tree (median of the timed runs) at {scale}x: " + ", ".join(parts))
 
 
 if __name__ == "__main__":
