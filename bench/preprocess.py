@@ -3,7 +3,8 @@
 Usage (from the repo root)::
 
     PYTHONPATH=python .venv/bin/python bench/preprocess.py [--scales 1,5,20] [--cores 2] \
-        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas,copy] [--warmup 5] [--repeat 5]
+        [--driver-memory 1g] [--pandas-cap-gb 2] [--engines spark,pandas,copy] [--warmup 5] [--repeat 5] \
+        [--conf KEY=VALUE ...]
 
 Both sides run the feature spec of ``conf/flights.yaml`` on the same raw rows:
 the flights join at ``scale`` N, exported once (untimed) to Parquet under
@@ -60,18 +61,23 @@ CONFIG = REPO / "conf" / "flights.yaml"
 
 
 # ------------------------------------------------------------------------------------------------ children
-def _session(cores: int, memory: str, app: str):
+def _session(args: argparse.Namespace, memory: str, app: str):
+    """``local[cores]`` with sparktrain's defaults (conf/spark-defaults.conf), then ``--conf`` on top."""
     from sparktrain.session import get_or_create_session
 
-    return get_or_create_session(f"local[{cores}]", app, conf={
-        "spark.driver.memory": memory, "spark.sql.shuffle.partitions": str(cores),
-        "spark.ui.enabled": "false", "spark.local.dir": str(WORK / "spark-local")})
+    conf = {"spark.driver.memory": memory, "spark.sql.shuffle.partitions": str(args.cores),
+            "spark.ui.enabled": "false", "spark.local.dir": str(WORK / "spark-local")}
+    for kv in args.conf:
+        if "=" not in kv:
+            raise SystemExit(f"--conf {kv!r}: expected KEY=VALUE, e.g. --conf spark.sql.shuffle.partitions=4")
+        conf.__setitem__(*kv.split("=", 1))
+    return get_or_create_session(f"local[{args.cores}]", app, conf=conf)
 
 
 def child_export(args: argparse.Namespace) -> None:
     from sparktrain.datasets import flights
 
-    spark = _session(args.cores, "2g", "bench-export")
+    spark = _session(args, "2g", "bench-export")
     for scale in args.scales:
         path = WORK / f"raw_x{scale}"
         if not (path / "_SUCCESS").exists():
@@ -85,7 +91,7 @@ def child_spark(args: argparse.Namespace) -> None:
     from sparktrain.config import load_config
     from sparktrain.features.materialize import materialize
 
-    spark = _session(args.cores, args.driver_memory, "bench-preprocess")
+    spark = _session(args, args.driver_memory, "bench-preprocess")
     cfg = load_config(CONFIG)
     # as a user would run it: data.source is the Parquet path (re-read per pass, no staging copy)
     cfg = replace(cfg, data=replace(cfg.data, source=args.raw, format="parquet"),
@@ -115,7 +121,7 @@ def child_copy(args: argparse.Namespace) -> None:
     from sparktrain.features.compile import source_columns
     from sparktrain.features.materialize import SPLIT_COLUMN, split_expression
 
-    spark = _session(args.cores, args.driver_memory, "bench-copy")
+    spark = _session(args, args.driver_memory, "bench-copy")
     cfg = load_config(CONFIG)
     cols = list(dict.fromkeys(source_columns(cfg.features) + [cfg.data.key, cfg.data.label]))
 
@@ -345,6 +351,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                    help="timed runs of the whole job per engine and scale after the warm-up, in one process; "
                         "the table shows their median and best (the steady state, as on a long-lived cluster "
                         "or kernel)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for the Spark sides' sessions, over conf/spark-defaults.conf "
+                        "(repeat it; e.g. --conf spark.driver.extraJavaOptions=-XX:+UseG1GC)")
     p.add_argument("--raw")
     p.add_argument("--out")
     args = p.parse_args(argv)
@@ -354,7 +363,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     WORK.mkdir(parents=True, exist_ok=True)
     common = ["--cores", str(args.cores), "--scales", ",".join(map(str, args.scales)), "--repeat", str(args.repeat),
-              "--warmup", str(args.warmup)]
+              "--warmup", str(args.warmup), *[f"--conf={kv}" for kv in args.conf]]
     exp = run_child("_export", common)
     if exp["rc"] != 0:
         raise SystemExit(f"exporting the raw flights tables failed (exit {exp['rc']})")
@@ -388,8 +397,9 @@ def _steady(r: Dict[str, Any], key: str = "runs") -> List[float]:
 def print_table(results: List[Any], args: argparse.Namespace) -> None:
     import statistics
 
+    extra = "".join(f"; {kv}" for kv in args.conf)
     print(f"\nfeature preprocessing, conf/flights.yaml spec, local[{args.cores}] "
-          f"(spark.driver.memory={args.driver_memory}; pandas capped at {args.pandas_cap_gb:g} GiB; "
+          f"(spark.driver.memory={args.driver_memory}{extra}; pandas capped at {args.pandas_cap_gb:g} GiB; "
           f"{args.warmup} warm-up + {args.repeat} timed run(s) each, in one process per side)")
     head = (f"{'scale':>5} {'rows':>10} | {'spark s':>20} {'rows/s':>9} {'peak MB':>8} | "
             f"{'pandas s':>20} {'rows/s':>9} {'peak MB':>8} | {'time x':>18} {'mem x':>6}")

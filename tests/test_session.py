@@ -69,7 +69,7 @@ def test_read_spark_defaults_location(tmp_path, monkeypatch):
     assert repo_defaults["spark.sql.session.timeZone"] == "UTC"
     lines = [ln for ln in (REPO / "conf" / "spark-defaults.conf").read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
-    assert len(repo_defaults) == len(lines) == 9
+    assert len(repo_defaults) == len(lines) == 10
     other = tmp_path / "other.conf"
     other.write_text("spark.sql.session.timeZone America/New_York\n")
     monkeypatch.setenv("SPARKTRAIN_SPARK_DEFAULTS", str(other))
@@ -113,3 +113,20 @@ def test_prepare_environment_keeps_user_values():
 def test_prepare_environment_does_not_duplicate_pythonpath():
     pkg = str(REPO / "python")
     assert _prepare_in_clean_env(PYTHONPATH=pkg)["PYTHONPATH"] == pkg
+
+
+def test_a_new_local_session_runs_the_parallel_collector_from_the_defaults_file():
+    """conf/spark-defaults.conf gives the driver JVM (all of local mode) the parallel collector."""
+    code = ("import json, sys\n"
+            f"sys.path.insert(0, {str(REPO / 'python')!r})\n"
+            "from sparktrain.session import get_or_create_session\n"
+            "spark = get_or_create_session('local[1]', 'gc-check', conf={'spark.ui.enabled': 'false'})\n"
+            "beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()\n"
+            "print('GC ' + json.dumps([b.getName() for b in beans]))\n"
+            "spark.stop()\n")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("SPARKTRAIN_SPARK_DEFAULTS", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("GC ")]
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    assert sorted(json.loads(line[0][3:])) == ["PS MarkSweep", "PS Scavenge"]
