@@ -91,23 +91,38 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
 
 
 class _Collectives:
-    """The few collectives the loop needs, for DDP or Horovod."""
+    """The few collectives the loop needs, for DDP or Horovod.
+
+    DDP all-reduces go through buffers this object owns (one per length) and
+    keeps until it is dropped, after the process group (see :func:`train`).
+    A tensor made for one call and dropped by Python while a gloo thread still
+    holds the finished work would have its Python object freed by that thread,
+    which needs the GIL; if the main thread is then destroying the process
+    group (joining those threads, GIL held), both wait forever (seen once in
+    a test run: the main thread in ``~ProcessGroupGloo`` joining, a gloo
+    thread in ``~AsyncWork`` waiting for the GIL).
+    """
 
     def __init__(self, backend: str, world_size: int) -> None:
         self.backend = backend
         self.world_size = world_size
+        self._buffers: Dict[int, Any] = {}
 
     def allreduce_sum(self, vec: np.ndarray) -> np.ndarray:
         import torch
         if self.world_size == 1:
             return vec
-        t = torch.from_numpy(np.ascontiguousarray(vec, dtype=np.float64))
+        flat = np.ascontiguousarray(vec, dtype=np.float64).reshape(-1)
         if self.backend == "horovod":
             import horovod.torch as hvd
-            return hvd.allreduce(t, op=hvd.Sum).numpy()
+            return hvd.allreduce(torch.from_numpy(flat), op=hvd.Sum).numpy().reshape(np.shape(vec))
         import torch.distributed as dist
-        dist.all_reduce(t)
-        return t.numpy()
+        buf = self._buffers.get(flat.size)
+        if buf is None:
+            buf = self._buffers[flat.size] = torch.zeros(flat.size, dtype=torch.float64)
+        buf.copy_(torch.from_numpy(flat))
+        dist.all_reduce(buf)
+        return buf.numpy().copy().reshape(np.shape(vec))
 
 
 def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
@@ -193,6 +208,8 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
         result["model_bytes"] = export_model(model, spec)
     result["param_digest"] = _param_digest(model)
     _shutdown(spec, ctx)
+    del net  # DDP's reducer owns the process group: it is destroyed here, while coll's buffers are still alive
+    del coll
     return result
 
 
