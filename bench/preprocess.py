@@ -70,7 +70,8 @@ def _session(args: argparse.Namespace, memory: str, app: str):
     for kv in args.conf:
         if "=" not in kv:
             raise SystemExit(f"--conf {kv!r}: expected KEY=VALUE, e.g. --conf spark.sql.shuffle.partitions=4")
-        conf.__setitem__(*kv.split("=", 1))
+        key, value = kv.split("=", 1)
+        conf[key] = value
     return get_or_create_session(f"local[{args.cores}]", app, conf=conf)
 
 
@@ -389,7 +390,7 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _steady(r: Dict[str, Any], key: str = "runs") -> List[float]:
-    """The timed runs after the warm-up (all runs when the child ran fewer)."""
+    """The timed runs: the last ``repeat`` of the child's runs (``print_table`` caps it at the runs there are)."""
     values = r.get(key) or []
     return values[-r["repeat"]:] if r.get("repeat") else values
 

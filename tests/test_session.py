@@ -69,7 +69,7 @@ def test_read_spark_defaults_location(tmp_path, monkeypatch):
     assert repo_defaults["spark.sql.session.timeZone"] == "UTC"
     lines = [ln for ln in (REPO / "conf" / "spark-defaults.conf").read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
-    assert len(repo_defaults) == len(lines) == 10
+    assert len(repo_defaults) == len(lines) == 9
     other = tmp_path / "other.conf"
     other.write_text("spark.sql.session.timeZone America/New_York\n")
     monkeypatch.setenv("SPARKTRAIN_SPARK_DEFAULTS", str(other))
@@ -115,18 +115,38 @@ def test_prepare_environment_does_not_duplicate_pythonpath():
     assert _prepare_in_clean_env(PYTHONPATH=pkg)["PYTHONPATH"] == pkg
 
 
-def test_a_new_local_session_runs_the_parallel_collector_from_the_defaults_file():
-    """conf/spark-defaults.conf gives the driver JVM (all of local mode) the parallel collector."""
+def _collectors_of_a_new_session(conf):
     code = ("import json, sys\n"
             f"sys.path.insert(0, {str(REPO / 'python')!r})\n"
             "from sparktrain.session import get_or_create_session\n"
-            "spark = get_or_create_session('local[1]', 'gc-check', conf={'spark.ui.enabled': 'false'})\n"
+            f"spark = get_or_create_session('local[1]', 'gc-check', conf={conf!r})\n"
             "beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()\n"
             "print('GC ' + json.dumps([b.getName() for b in beans]))\n"
             "spark.stop()\n")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop("SPARKTRAIN_SPARK_DEFAULTS", None)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("GC ")]
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    assert sorted(json.loads(line[0][3:])) == ["PS MarkSweep", "PS Scavenge"]
+    return sorted(json.loads(line[0][3:]))
+
+
+def test_a_new_local_session_runs_the_parallel_collector_unless_the_options_pick_one():
+    """A local session's driver JVM (the whole engine) gets -XX:+UseParallelGC; a job's own choice wins."""
+    assert _collectors_of_a_new_session({"spark.ui.enabled": "false"}) == ["PS MarkSweep", "PS Scavenge"]
+    assert _collectors_of_a_new_session({"spark.ui.enabled": "false",
+                                         "spark.driver.extraJavaOptions": "-Dx=1 -XX:+UseG1GC"}) == [
+        "G1 Old Generation", "G1 Young Generation"]
+
+
+def test_the_local_collector_is_added_to_other_java_options_but_never_over_a_chosen_one():
+    from sparktrain.session import LOCAL_COLLECTOR, _local_collector
+
+    settings = {"spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp/d"}
+    _local_collector(settings)
+    assert settings["spark.driver.extraJavaOptions"] == f"-Dderby.system.home=/tmp/d {LOCAL_COLLECTOR}"
+    empty: dict = {}
+    _local_collector(empty)
+    assert empty == {"spark.driver.extraJavaOptions": LOCAL_COLLECTOR}
+    chosen = {"spark.driver.extraJavaOptions": "-XX:+UseZGC -Dx=1"}
+    _local_collector(chosen)
+    assert chosen == {"spark.driver.extraJavaOptions": "-XX:+UseZGC -Dx=1"}

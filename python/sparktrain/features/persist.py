@@ -8,13 +8,14 @@ with whatever runs beside them.  :func:`save_pipeline_model` writes the same
 files, in the same layout (PySpark's ``PipelineSharedReadWrite``), and
 ``PipelineModel.load`` reads the result like any other saved model:
 
-* On a local path every stage is written as plain files, with no Spark job:
-  the metadata JSON as ``DefaultParamsWriter`` renders it (for a JVM stage,
-  Spark's own ``DefaultParamsWriter.getMetadataToSave``), and for the JVM
-  models this pipeline uses, their one-row Parquet data file with the schema
-  their Spark writer gives it (``ImputerModel``: one double column per input
-  column; ``StringIndexerModel``: ``labelsArray``).  Any other JVM stage is
-  saved by its own writer.
+* On a local path the pipeline's metadata and every stage whose writer is
+  ``DefaultParamsWriter`` (Python or JVM) are written as plain files, with
+  no Spark job: the metadata JSON as ``DefaultParamsWriter`` renders it (for
+  a JVM stage, Spark's own ``DefaultParamsWriter.getMetadataToSave``); so
+  are the JVM models this pipeline uses, with their one-row Parquet data file
+  in the schema their Spark writer gives it (``ImputerModel``: one double
+  column per input column; ``StringIndexerModel``: ``labelsArray``).  Other
+  JVM stages, and Python stages with writers of their own, use those writers.
 * Elsewhere (HDFS, object stores) each stage is saved by its own writer, a
   few stages at a time.
 """
@@ -60,12 +61,15 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
 
     local = _local_dir(path, spark)
 
+    def local_of(target: str) -> str:  # target lies under path, so under local
+        return os.path.join(str(local), os.path.relpath(target, path))
+
     def save_metadata(instance: Any, target: str, param_map: Any = None) -> None:
         if local is None:
             DefaultParamsWriter.saveMetadata(instance, target, spark, paramMap=param_map)
             return
         text = DefaultParamsWriter._get_metadata_to_save(instance, spark, None, param_map)
-        folder = os.path.join(_local_dir(target, spark) or target, "metadata")
+        folder = os.path.join(local_of(target), "metadata")
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "part-00000"), "w", encoding="utf-8") as fh:  # what spark.read.text reads
             fh.write(text + "\n")
@@ -76,8 +80,8 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
         writer = stage.write()
         if type(writer) is DefaultParamsWriter:  # its saveImpl is exactly saveMetadata
             save_metadata(stage, target)
-        elif (local is None or not isinstance(writer, JavaMLWriter)
-              or not _save_java_stage_files(stage, _local_dir(target, spark) or target, spark)):
+        elif (local is None or type(writer) is not JavaMLWriter
+              or not _save_java_stage_files(stage, writer, local_of(target), spark)):
             writer.session(spark).save(target)
 
     if local is not None and os.path.exists(local):
@@ -102,17 +106,18 @@ _IMPUTER_WRITER = "org.apache.spark.ml.feature.ImputerModel$ImputerModelWriter"
 _INDEXER_WRITER = "org.apache.spark.ml.feature.StringIndexerModel$StringIndexModelWriter"
 
 
-def _save_java_stage_files(stage: Any, folder: str, spark: Any) -> bool:
+def _save_java_stage_files(stage: Any, writer: Any, folder: str, spark: Any) -> bool:
     """Write a JVM stage's ``metadata/`` (and ``data/``) under the local ``folder`` as its Spark writer would.
 
-    Returns False, writing nothing, for a stage whose writer is not one of
-    the known ones (the caller then uses the stage's own writer).
+    ``writer`` is ``stage.write()`` (a ``JavaMLWriter``).  Returns False,
+    writing nothing, for a stage whose JVM writer is not one of the known ones
+    (the caller then uses that writer).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     java = stage._java_obj  # stage.write() has just moved the Python params to it
-    kind = java.write().getClass().getName()
+    kind = writer._jwrite.getClass().getName()
     if kind == _METADATA_ONLY:  # e.g. SQLTransformer, Bucketizer: params only
         data = None
     elif kind == _IMPUTER_WRITER:  # surrogateDF: one row, one non-null double per input column
@@ -120,7 +125,7 @@ def _save_java_stage_files(stage: Any, folder: str, spark: Any) -> bool:
         data = pa.table([pa.array([float(v)], pa.float64()) for v in row.values()],
                         schema=pa.schema([pa.field(n, pa.float64(), nullable=False) for n in row]))
     elif kind == _INDEXER_WRITER:  # Data(labelsArray: Array[Array[String]])
-        labels = [[str(v) for v in column] for column in java.labelsArray()]
+        labels = [list(column) for column in stage.labelsArray]  # one JVM call for all of them
         data = pa.table({"labelsArray": pa.array([labels], pa.list_(pa.list_(pa.string())))})
     else:
         return False

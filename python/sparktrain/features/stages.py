@@ -73,10 +73,7 @@ def _per_column(values: List[int], n: int, default: int, name: str) -> List[int]
 
 
 def _require_columns(dataset: DataFrame, cols: List[str], where: str) -> List[str]:
-    """Raise :class:`MissingColumnError` for the first of ``cols`` not in ``dataset``; return its columns.
-
-    The schema is fetched once (each ``dataset.columns`` is a JVM round trip).
-    """
+    """Raise :class:`MissingColumnError` for the first of ``cols`` not in ``dataset``; return its columns."""
     available = dataset.columns
     present = set(available)
     for c in cols:
@@ -209,7 +206,7 @@ class ColumnScalerModel(Model, _ColumnScalerParams, DefaultParamsReadable, Defau
     def _transform(self, dataset: DataFrame) -> DataFrame:
         inputs, outputs = self.getInputCols(), self.getOutputCols()
         _require_columns(dataset, inputs, "the DataFrame given to ColumnScalerModel.transform")
-        # one projection from SQL text: a single JVM call however many columns
+        # one projection from SQL text: about one JVM call per column (a Column expression tree is several)
         exprs = {out: F.expr(f"(CAST({quote(c)} AS DOUBLE) - {sql_double(o)}) / {sql_double(s)}")
                  for c, out, o, s in zip(inputs, outputs, self.getOffsets(), self.getScales())}
         return dataset.withColumns(exprs)
@@ -465,7 +462,7 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
                      if not c.startswith(INTERNAL_PREFIX) and c not in outputs and c not in (key, label)]
         cols += [f"CAST({quote(c)} AS FLOAT) AS {quote(o)}" for c, o in zip(f_in, f_out)]
         cols += [f"CAST({quote(c)} AS INT) AS {quote(o)}" for c, o in zip(i_in, i_out)]
-        return dataset.selectExpr(*cols)  # one JVM call for the whole projection
+        return dataset.selectExpr(*cols)  # SQL text: about one JVM call per column, not five
 
 
 def label_sql(dtype: T.DataType, name: str) -> str:

@@ -1,11 +1,13 @@
 """Bad-input checks before any fitting: the schema first (no Spark job), then one aggregation pass.
 
 :func:`check_schema` finds missing columns and types that cannot feed a
-feature.  :func:`validation_aggregates` builds every data check as one list of
-aggregate columns, so they run in a single pass, either as
-``df.agg(...)`` (:func:`validate`) or piggy-backed on a write with
-``DataFrame.observe`` (what :func:`sparktrain.features.materialize.materialize`
-does).  :func:`check_results` turns the numbers into errors:
+feature.  :func:`validation_sql` writes every data check as one list of
+aggregate expressions (SQL text; :func:`validation_aggregates` gives them as
+Columns), so they run in a single pass: one ``selectExpr`` (:func:`validate`,
+and :func:`sparktrain.features.fit.fit_features` beside its statistics) or
+piggy-backed on a write with ``DataFrame.observe`` (the staged path of
+:func:`sparktrain.features.materialize.materialize`).  :func:`check_results`
+turns the numbers into errors:
 
 * a value that cannot be cast (``'abc'`` for a numeric feature),
 * a column with no usable value (all null, or all NaN/inf),
