@@ -168,6 +168,24 @@ def test_a_min_frequency_no_value_reaches_names_the_source_column_not_the_pipeli
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_categorical_null_in_every_train_row_is_refused_by_its_source_column(spark, flights_sample, tmp_path):
+    from pyspark.sql import functions as F
+    from sparktrain.features.materialize import materialize, split_expression
+
+    cfg = _cfg(tmp_path / "dataset", features=[{"name": "destination", "type": "categorical", "column": "dest"},
+                                               {"name": "distance", "type": "numeric"}])
+    split = F.expr(split_expression(cfg.data.key, cfg.split))
+    df = flights_sample.withColumn("dest", F.when(split == "train", F.lit(None)).otherwise(F.col("dest")))
+    assert df.where("dest IS NOT NULL").count() > 0  # not all-null: the train split alone has none
+    with pytest.raises(DataError) as err:
+        materialize(spark, cfg, df)
+    msg = str(err.value)
+    assert ("column 'dest' (feature 'destination', categorical) is null in every row the features are fitted on "
+            "(the train split)" in msg)
+    assert "Check the split (data.key, split.*)" in msg and "__st_" not in msg
+    assert not (tmp_path / "dataset").exists()
+
+
 def test_overwrite_false_refuses_an_existing_dataset(spark, flights_sample, tmp_path):
     from sparktrain.features.materialize import materialize
 
