@@ -68,11 +68,7 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
         if local is None:
             DefaultParamsWriter.saveMetadata(instance, target, spark, paramMap=param_map)
             return
-        text = DefaultParamsWriter._get_metadata_to_save(instance, spark, None, param_map)
-        folder = os.path.join(local_of(target), "metadata")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "part-00000"), "w", encoding="utf-8") as fh:  # what spark.read.text reads
-            fh.write(text + "\n")
+        _write_metadata(local_of(target), DefaultParamsWriter._get_metadata_to_save(instance, spark, None, param_map))
 
     def save_stage(index: int) -> None:
         stage = stages[index]
@@ -132,13 +128,18 @@ def _save_java_stage_files(stage: Any, writer: Any, folder: str, spark: Any) -> 
     jvm = spark._jvm
     none = jvm.scala.Option.empty()
     text = jvm.org.apache.spark.ml.util.DefaultParamsWriter.getMetadataToSave(java, spark._jsparkSession, none, none)
-    os.makedirs(os.path.join(folder, "metadata"))
-    with open(os.path.join(folder, "metadata", "part-00000"), "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    _write_metadata(folder, text)
     if data is not None:
         os.makedirs(os.path.join(folder, "data"))
         pq.write_table(data, os.path.join(folder, "data", "part-00000.snappy.parquet"), compression="snappy")
     return True
+
+
+def _write_metadata(folder: str, text: str) -> None:
+    """``folder/metadata/part-00000``: the one text file ``DefaultParamsReader`` reads (with ``spark.read.text``)."""
+    os.makedirs(os.path.join(folder, "metadata"), exist_ok=True)
+    with open(os.path.join(folder, "metadata", "part-00000"), "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
 
 
 def _local_dir(path: str, spark: Any) -> Optional[str]:
