@@ -79,7 +79,7 @@ def test_torch_ddp_two_workers_identical_params_and_live_metrics(spark, dataset,
     assert rec.steps and all(m["samples_per_s"] > 0 for _, _, m in rec.steps)
     # checkpoint log: each epoch started and finished once
     from sparktrain.train._executor.checkpoint import Checkpointer
-    events = Checkpointer(str(tmp_path / "store"), est.run_id()).events()
+    events = Checkpointer(str(tmp_path / "store"), model.getRunId()).events()
     assert [e["epoch"] for e in events if e["event"] == "epoch_finished"] == [0, 1]
 
 
@@ -182,7 +182,7 @@ def test_preflight_slots(spark, dataset, tmp_path):
 def test_preflight_missing_dataset_and_label(spark, dataset, tmp_path):
     from sparktrain.train.estimator import TorchEstimator
 
-    with pytest.raises(Exception, match="no Parquet files under"):
+    with pytest.raises(Exception, match="nope. does not exist"):
         _estimator(TorchEstimator, tmp_path).fit(str(tmp_path / "nope"))
     with pytest.raises(MissingColumnError, match="column 'lable' is not in .*Did you mean 'label'"):
         _estimator(TorchEstimator, tmp_path, labelCol="lable").fit(dataset)

@@ -95,7 +95,12 @@ class OutputConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Distributed training knobs (Spark ML Params mirror these)."""
+    """Distributed training knobs.
+
+    The single source of training defaults: the estimators' Params take
+    their defaults from these fields (``sparktrain.train.params.PARAM_FIELDS``
+    maps each Param to its field).
+    """
 
     framework: Literal["torch", "keras"] = "torch"
     backend: Literal["auto", "ddp", "mwms", "horovod"] = "auto"
@@ -111,6 +116,8 @@ class TrainConfig:
     shuffle_buffer: int = 8192
     seed: int = 42
     use_gpu: bool = False
+    validation_fraction: float = 0.1
+    log_every_steps: int = 50
     compare_baseline: bool = True
 
     def __post_init__(self) -> None:
@@ -120,6 +127,10 @@ class TrainConfig:
         require(self.learning_rate > 0, "train.learning_rate", self.learning_rate, "must be > 0, e.g. 0.001")
         require(0.0 <= self.dropout < 1.0, "train.dropout", self.dropout, "must be in [0, 1)")
         require(self.embedding_dim >= 1, "train.embedding_dim", self.embedding_dim, "must be >= 1")
+        require(self.shuffle_buffer >= 1, "train.shuffle_buffer", self.shuffle_buffer, "must be >= 1")
+        require(0.0 <= self.validation_fraction < 1.0, "train.validation_fraction", self.validation_fraction,
+                "must be in [0, 1): the share of a DataFrame input held out for validation")
+        require(self.log_every_steps >= 1, "train.log_every_steps", self.log_every_steps, "must be >= 1")
         if self.framework == "keras":
             require(self.backend in ("auto", "mwms"), "train.backend", self.backend,
                     "Keras trains under MultiWorkerMirroredStrategy ('mwms'); Horovod with Keras 3 does "

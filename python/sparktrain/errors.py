@@ -135,3 +135,15 @@ class MissingDependencyError(SparktrainError, ImportError):
 
 class DatasetExistsError(SparktrainError, FileExistsError):
     """A dataset directory already exists and overwriting was not allowed."""
+
+
+class RunMismatchError(ConfigError):
+    """An explicit ``runId`` names a run that was trained on other data or params."""
+
+    def __init__(self, run_id: str, changes: Iterable[str]) -> None:
+        self.run_id = run_id
+        self.changes = list(changes)
+        listed = "; ".join(self.changes)
+        super().__init__("runId", run_id, f"that run was started on other data or params ({listed}). Fix: unset "
+                                          f"runId (every fit() is then a new run) or pick a new one, or fit with "
+                                          f"the same data and params to resume it")

@@ -13,7 +13,7 @@ word
 Two exceptions, both because the value is a column name fixed by the config
 schema, never a credential, and masking it would make the run irreproducible:
 
-* ``data.key`` is the column the split hashes (e.g. ``flight_id``);
+* ``data.key`` is the column the split hashes (e.g. ``customer_id``);
 * the segment after ``features.`` is a feature's (column) name, so it is not
   matched; the setting names under it are (``features.x.api_key`` is masked).
 

@@ -104,8 +104,7 @@ def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: by
     import pandas as pd
 
     from sparktrain.features.local import transform_local
-    from sparktrain.train._executor.batches import scoring_arrays
-    from sparktrain.train._executor.predict import get_predictor
+    from sparktrain.train.worker import predict_arrays
 
     if not isinstance(df, pd.DataFrame):
         df = pd.DataFrame(df)
@@ -116,7 +115,7 @@ def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: by
             if pd.api.types.is_datetime64_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
                 df[col] = df[col].dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
     arrays = transform_local(df, meta)
-    out = get_predictor(framework, model_bytes, inputs)(*scoring_arrays(arrays, inputs))
+    out = predict_arrays(framework, model_bytes, inputs, arrays)
     if inputs.task == "binary":
         p = np.asarray(out, dtype=np.float64).reshape(-1)
         return pd.DataFrame({"prediction": (p > 0.5).astype(np.float64), "probability": p})
@@ -130,7 +129,7 @@ class SparktrainModel(PythonModel):
     """MLflow pyfunc: raw rows in, ``prediction``/``probability`` out (see the module docstring)."""
 
     def load_context(self, context: Any) -> None:
-        from sparktrain.train._executor.spec import InputSpec
+        from sparktrain.train.worker import InputSpec
 
         net = context.artifacts[NETWORK]
         with open(os.path.join(net, "model.bin"), "rb") as fh:
@@ -234,7 +233,7 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     from mlflow.artifacts import download_artifacts
     from pyspark.ml import PipelineModel
 
-    from sparktrain.train._executor.spec import InputSpec
+    from sparktrain.train.worker import InputSpec
     from sparktrain.train.model import KerasModel, TorchModel
 
     local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)

@@ -1,6 +1,6 @@
 """Score raw Parquet or CSV with a model from the registry, in Spark, and write Parquet.
 
-``sparktrain score --model models:/flights-late@champion --input raw.parquet --output scored.parquet``
+``sparktrain score --model models:/churn@champion --input raw.parquet --output scored.parquet``
 runs :func:`score_path`: check the model URI against the registry, check the
 input has every column of the model's signature, cast them to the signature's
 types, apply ``mlflow.pyfunc.spark_udf`` and write the input columns plus

@@ -1,8 +1,11 @@
 """Spark ML Estimators that train Keras or PyTorch models across executors.
 
-Flow of :meth:`_fit` (after xgboost.spark): resolve the input to a materialized
-dataset, infer the model inputs, run the driver preflight, launch one barrier
-stage of ``numWorkers`` tasks, then build the Model and ``_copyValues`` into it.
+Flow of :meth:`_fit` (after xgboost.spark): :meth:`plan` resolves the input to a
+materialized dataset, the model inputs, the worker spec and the run (a new
+one per ``fit`` unless ``runId`` is set); the driver preflight runs; one
+barrier stage of ``numWorkers`` tasks trains; then the Model gets the run id
+and ``_copyValues``.  ``fit`` is a pure function of (params, data), so
+CrossValidator and TrainValidationSplit work unchanged.
 """
 
 from __future__ import annotations
@@ -10,20 +13,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import uuid
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 
-from sparktrain.errors import ConfigError
+from sparktrain.errors import ConfigError, RunMismatchError
+from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
-from sparktrain.train._executor.spec import ModelSpec, WorkerSpec
+from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
 from sparktrain.train.inputs import exists, infer_inputs, read_features_json
 from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams
+from sparktrain.train.plan import TrainingPlan
 from sparktrain.train.progress import TrainingCallback
 
 log = logging.getLogger(__name__)
@@ -42,8 +46,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  validationFraction: Optional[float] = None, useGpu: Optional[bool] = None,
                  logEverySteps: Optional[int] = None, seed: Optional[int] = None,
                  labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
-                 categoricalCols: Optional[List[str]] = None, predictionCol: Optional[str] = None,
-                 probabilityCol: Optional[str] = None) -> None:
+                 categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
+                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None) -> None:
         super().__init__()
         self.callbacks: List[TrainingCallback] = []
         self.show_progress = True
@@ -54,7 +58,17 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
     @keyword_only
-    def setParams(self, **kwargs: Any) -> "_DistributedEstimator":
+    def setParams(self, *, numWorkers: Optional[int] = None, epochs: Optional[int] = None,
+                  batchSize: Optional[int] = None, learningRate: Optional[float] = None,
+                  hiddenUnits: Optional[List[int]] = None, embeddingDim: Optional[int] = None,
+                  dropout: Optional[float] = None, task: Optional[str] = None, backend: Optional[str] = None,
+                  store: Optional[str] = None, runId: Optional[str] = None, shuffleBuffer: Optional[int] = None,
+                  validationFraction: Optional[float] = None, useGpu: Optional[bool] = None,
+                  logEverySteps: Optional[int] = None, seed: Optional[int] = None,
+                  labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
+                  categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
+                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None
+                  ) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
         return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
@@ -64,8 +78,66 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
     def setEpochs(self, value: int) -> "_DistributedEstimator":
         return self._set(epochs=value)
 
+    def setBatchSize(self, value: int) -> "_DistributedEstimator":
+        return self._set(batchSize=value)
+
+    def setLearningRate(self, value: float) -> "_DistributedEstimator":
+        return self._set(learningRate=value)
+
+    def setHiddenUnits(self, value: List[int]) -> "_DistributedEstimator":
+        return self._set(hiddenUnits=value)
+
+    def setEmbeddingDim(self, value: int) -> "_DistributedEstimator":
+        return self._set(embeddingDim=value)
+
+    def setDropout(self, value: float) -> "_DistributedEstimator":
+        return self._set(dropout=value)
+
+    def setTask(self, value: str) -> "_DistributedEstimator":
+        return self._set(task=value)
+
+    def setBackend(self, value: str) -> "_DistributedEstimator":
+        return self._set(backend=value)
+
+    def setStore(self, value: str) -> "_DistributedEstimator":
+        return self._set(store=value)
+
     def setRunId(self, value: str) -> "_DistributedEstimator":
+        """Resume (or name) this run; unset, every ``fit`` is a new run."""
         return self._set(runId=value)
+
+    def setShuffleBuffer(self, value: int) -> "_DistributedEstimator":
+        return self._set(shuffleBuffer=value)
+
+    def setValidationFraction(self, value: float) -> "_DistributedEstimator":
+        return self._set(validationFraction=value)
+
+    def setUseGpu(self, value: bool) -> "_DistributedEstimator":
+        return self._set(useGpu=value)
+
+    def setLogEverySteps(self, value: int) -> "_DistributedEstimator":
+        return self._set(logEverySteps=value)
+
+    def setSeed(self, value: int) -> "_DistributedEstimator":
+        return self._set(seed=value)
+
+    def setLabelCol(self, value: str) -> "_DistributedEstimator":
+        return self._set(labelCol=value)
+
+    def setNumericCols(self, value: List[str]) -> "_DistributedEstimator":
+        return self._set(numericCols=value)
+
+    def setCategoricalCols(self, value: List[str]) -> "_DistributedEstimator":
+        return self._set(categoricalCols=value)
+
+    def setExcludeCols(self, value: List[str]) -> "_DistributedEstimator":
+        return self._set(excludeCols=value)
+
+    def setPredictionCol(self, value: str) -> "_DistributedEstimator":
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str) -> "_DistributedEstimator":
+        return self._set(probabilityCol=value)
 
     def setCallbacks(self, callbacks: Sequence[TrainingCallback]) -> "_DistributedEstimator":
         """Objects with ``on_step``/``on_epoch`` that receive live metrics (not persisted)."""
@@ -87,37 +159,98 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self._optimizer_factory = fn
         return self
 
-    def run_id(self) -> str:
-        """The run id (set one with ``runId`` to make a re-run resume)."""
-        if not self.isSet(self.runId):
-            self._set(runId=uuid.uuid4().hex[:12])
-        return self.getOrDefault(self.runId)
+    # -- planning -------------------------------------------------------------------------------------------
 
-    def _fit(self, dataset: Any) -> _DistributedModel:
-        from pyspark.sql import SparkSession
+    def plan(self, dataset: Any) -> TrainingPlan:
+        """Resolve ``(params, dataset)`` into a :class:`~sparktrain.train.plan.TrainingPlan` on the driver.
 
-        spark = SparkSession.active()
-        run_id = self.run_id()
-        train_path, val_path, meta = self._resolve_input(spark, dataset, run_id)
+        ``dataset`` is a materialized dataset (path or URI with ``train/``,
+        optionally ``validation/`` and ``features.json``; or an object with a
+        ``path``), a single Parquet split, or a DataFrame.  A DataFrame is
+        checked (label present, learnable, finite), fingerprinted by content
+        and written under the run's folder in the store.  Raises before any
+        barrier stage: on bad input, and on a ``runId`` whose run was other
+        data or params.  Nothing but that DataFrame write happens here.
+        """
+        explicit = self.isSet(self.runId)
+        run_id = self.getRunId() if explicit else plan_mod.new_run_id()
+        store = self._store_uri()
+        stored = plan_mod.existing_run(store, run_id, explicit)
+        try:
+            return self._plan(dataset, run_id, store, stored)
+        except BaseException:
+            if stored is None:
+                plan_mod.discard(store, run_id)  # a DataFrame written for this new run, nothing else
+            raise
+
+    def _plan(self, dataset: Any, run_id: str, store: str, stored: Optional[Dict[str, Any]]) -> TrainingPlan:
+        label = self.getLabelCol()
+        root = getattr(dataset, "path", dataset)
+        if isinstance(root, (str, os.PathLike)):
+            root = os.fspath(root).rstrip("/")
+            train_path, val_path, meta = _split_paths(root)
+            data_fp: Dict[str, Any] = plan_mod.path_fingerprint(train_path, val_path)
+            binary01 = None
+        else:
+            train_path, val_path, data_fp = self._dataframe_input(dataset, store, run_id, stored)
+            root, meta = plan_mod.run_uri(store, run_id, "data"), None
+            binary01 = data_fp["dataframe"].get("label_is_01")
+        if self.getTask() == "auto" and not (meta or {}).get("task"):
+            if binary01 is None and _float_01_range(train_path, label):
+                binary01 = plan_mod.float_label_is_01(_session_for(dataset), train_path, label)
+            if binary01:  # Spark ML's convention: 0.0/1.0 double labels are two classes
+                meta = dict(meta or {}, task="binary")
+        exclude = [*self.getExcludeCols(), *((meta or {}).get("exclude") or [])]
         inputs = infer_inputs(
-            train_path, self.getLabelCol(),
+            train_path, label,
             numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
             categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,
-            task=self.getOrDefault(self.task), exclude=(meta or {}).get("exclude", ["flight_id"]), meta=meta)
-        spec = self._worker_spec(train_path, val_path, inputs, run_id)
-        preflight.run_all(spark, spec)
-        log.info("training %s (%s) with %d workers, run %s: %d numeric + %d categorical inputs, task %s",
-                 self._framework, spec.backend, spec.num_workers, run_id, len(inputs.numeric),
-                 len(inputs.categorical), inputs.task)
-        result = launch(spark, spec, self.callbacks, show_bar=self.show_progress)
-        self.last_launch = result
-        model = self._model_cls(framework=self._framework, model_bytes=result.model_bytes, inputs=inputs,
-                                history=result.history, run_id=run_id)
+            task=self.getTask(), exclude=exclude, meta=meta)
+        spec = self._worker_spec(train_path, val_path, inputs, run_id, store)
+        factories = {name: _qualname(fn) for name, fn in (("model", self._model_factory),
+                                                          ("loss", self._loss_factory),
+                                                          ("optimizer", self._optimizer_factory))}
+        fp = plan_mod.fingerprint(data_fp, inputs, spec, factories)
+        if stored is not None:
+            plan_mod.check_same(run_id, stored, fp)
+        return TrainingPlan(run_id=run_id, resume=stored is not None, dataset=root, train_path=train_path,
+                            val_path=val_path, inputs=inputs, spec=spec, fingerprint=fp, features=meta)
+
+    def model_from_plan(self, plan: TrainingPlan, model_bytes: bytes,
+                        history: Sequence[Dict[str, float]]) -> _DistributedModel:
+        """The fitted Model for ``plan``'s trained network (as ``fit`` returns it)."""
+        model = self._model_cls(framework=self._framework, model_bytes=model_bytes, inputs=plan.inputs,
+                                history=list(history))
         self._copyValues(model)
-        model._set(numericCols=list(inputs.numeric), categoricalCols=[c for c, _ in inputs.categorical])
+        model._set(runId=plan.run_id, numericCols=list(plan.inputs.numeric),
+                   categoricalCols=[c for c, _ in plan.inputs.categorical])
         return model
 
-    def _worker_spec(self, train_path: str, val_path: Optional[str], inputs, run_id: str) -> WorkerSpec:
+    def _fit(self, dataset: Any) -> _DistributedModel:
+        spark = _session_for(dataset)
+        plan = self.plan(dataset)
+        try:
+            preflight.run_all(spark, plan.spec)
+            plan_mod.record_run(plan)
+        except BaseException:
+            if not plan.resume:
+                plan_mod.discard(plan.spec.store, plan.run_id)
+            raise
+        log.info("training %s (%s) with %d workers, %s run %s: %d numeric + %d categorical inputs, task %s",
+                 self._framework, plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new",
+                 plan.run_id, len(plan.inputs.numeric), len(plan.inputs.categorical), plan.inputs.task)
+        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
+        self.last_launch = result
+        model = self.model_from_plan(plan, result.model_bytes, result.history)
+        model.launch = result
+        return model
+
+    def _store_uri(self) -> str:
+        store = self.getStore()
+        return store if "://" in store else os.path.abspath(store)
+
+    def _worker_spec(self, train_path: str, val_path: Optional[str], inputs: InputSpec, run_id: str,
+                     store: str) -> WorkerSpec:
         import cloudpickle
 
         backend = self.getBackend()
@@ -128,9 +261,6 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             raise ConfigError("backend", backend, "Keras trains with 'mwms' (MultiWorkerMirroredStrategy)")
         if self._framework == "torch" and backend == "mwms":
             raise ConfigError("backend", backend, "torch trains with 'ddp' or 'horovod'")
-        store = self.getStore()
-        if "://" not in store:
-            store = os.path.abspath(store)
 
         def pickled(fn: Optional[Callable]) -> Optional[bytes]:
             if fn is None:
@@ -146,54 +276,70 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         return WorkerSpec(
             framework=self._framework, backend=backend, num_workers=self.getNumWorkers(),
             epochs=self.getEpochs(), batch_size=self.getBatchSize(), learning_rate=self.getLearningRate(),
-            seed=self.getOrDefault(self.seed), shuffle_buffer=self.getOrDefault(self.shuffleBuffer),
-            inputs=inputs,
-            model=ModelSpec(hidden_units=tuple(self.getOrDefault(self.hiddenUnits)),  # type: ignore[arg-type]
-                            embedding_dim=self.getOrDefault(self.embeddingDim),
-                            dropout=self.getOrDefault(self.dropout)),
+            seed=self.getOrDefault(self.seed), shuffle_buffer=self.getShuffleBuffer(), inputs=inputs,
+            model=ModelSpec(hidden_units=tuple(self.getHiddenUnits()), embedding_dim=self.getEmbeddingDim(),
+                            dropout=self.getDropout()),
             train_path=train_path, val_path=val_path, store=store, run_id=run_id,
-            use_gpu=self.getOrDefault(self.useGpu), log_every_steps=self.getOrDefault(self.logEverySteps),
+            use_gpu=self.getUseGpu(), log_every_steps=self.getLogEverySteps(),
             model_factory=pickled(self._model_factory), loss_factory=pickled(self._loss_factory),
             optimizer_factory=pickled(self._optimizer_factory),
             env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")},
             python=sys.executable)
 
-    def _resolve_input(self, spark, dataset: Any, run_id: str) -> Tuple[str, Optional[str], Optional[dict]]:
-        """``(train_path, validation_path, features.json)`` for a path, a materialized result or a DataFrame."""
-        root = getattr(dataset, "path", dataset)
-        if isinstance(root, (str, os.PathLike)):
-            root = os.fspath(root).rstrip("/")
-            train = f"{root}/train"
-            if not exists(train):
-                train = root  # a single split given directly
-            val = f"{root}/validation"
-            meta = read_features_json(root)
-            if meta is not None:
-                meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
-            return train, (val if exists(val) else None), meta
-        return self._materialize_dataframe(spark, dataset, run_id)
-
-    def _materialize_dataframe(self, spark, df, run_id: str) -> Tuple[str, Optional[str], Optional[dict]]:
-        from pyspark.sql import functions as F
-
-        from sparktrain.data.manifest import atomic_dir, write_parquet
-
+    def _dataframe_input(self, df: Any, store: str, run_id: str, stored: Optional[Dict[str, Any]]
+                         ) -> Tuple[str, Optional[str], Dict[str, Any]]:
+        """Check, fingerprint and (unless this run already holds it) materialize a DataFrame input."""
         label = self.getLabelCol()
-        if label not in df.columns:
-            from sparktrain.errors import MissingColumnError
-            raise MissingColumnError(label, df.columns, where="the DataFrame passed to fit() (labelCol)")
-        root = os.path.join(os.path.abspath(self.getStore()), run_id, "data")
-        if os.path.isdir(os.path.join(root, "train")):
-            log.info("reusing the dataset materialized for run %s at %s", run_id, root)
-        else:
-            frac = self.getOrDefault(self.validationFraction)
-            bucket = F.abs(F.xxhash64(*[F.col(c) for c in df.columns])) % 10_000
-            with atomic_dir(root) as staging:
-                write_parquet(df.where(bucket >= int(frac * 10_000)), os.path.join(staging, "train"))
-                if frac > 0:
-                    write_parquet(df.where(bucket < int(frac * 10_000)), os.path.join(staging, "validation"))
-        val = os.path.join(root, "validation")
-        return os.path.join(root, "train"), (val if os.path.isdir(val) else None), None
+        plan_mod.check_label(df, label)
+        frac = self.getValidationFraction()
+        content = plan_mod.dataframe_fingerprint(df, label)
+        data_fp = {"dataframe": content, "validation_fraction": frac}
+        root = plan_mod.run_uri(store, run_id, "data")
+        if stored is not None:
+            changes = plan_mod.diff(stored.get("fingerprint", {}).get("data", {}), data_fp, "data.")
+            if changes:  # refuse before writing anything
+                raise RunMismatchError(run_id, changes)
+            if exists(plan_mod.run_uri(store, run_id, "data", "train")):
+                log.info("run %s: the DataFrame matches the run's data; reusing %s", run_id, root)
+                val = plan_mod.run_uri(store, run_id, "data", "validation")
+                return plan_mod.run_uri(store, run_id, "data", "train"), (val if exists(val) else None), data_fp
+        train_path, val_path = plan_mod.materialize_dataframe(df, root, label, frac, content["null_labels"])
+        return train_path, val_path, data_fp
+
+
+def _split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
+    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split."""
+    train = f"{root}/train"
+    if not exists(train):
+        train = root  # a single split given directly
+    val = f"{root}/validation"
+    meta = read_features_json(root)
+    if meta is not None:
+        meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
+    return train, (val if exists(val) and train != root else None), meta
+
+
+def _float_01_range(train_path: str, label: str) -> bool:
+    """A floating-point label whose footer statistics say min 0 and max 1 (maybe binary, maybe not)."""
+    import pyarrow as pa
+
+    from sparktrain.train.inputs import column_stats
+
+    st = column_stats(train_path).get(label)
+    return st is not None and pa.types.is_floating(st["type"]) and st["min"] == 0 and st["max"] == 1
+
+
+def _session_for(dataset: Any):
+    from pyspark.sql import SparkSession
+
+    session = getattr(dataset, "sparkSession", None)
+    return session if session is not None else SparkSession.active()
+
+
+def _qualname(fn: Optional[Callable]) -> Optional[str]:
+    if fn is None:
+        return None
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 class TorchEstimator(_DistributedEstimator):
@@ -201,8 +347,8 @@ class TorchEstimator(_DistributedEstimator):
 
     Examples
     --------
-    >>> est = TorchEstimator(numWorkers=2, epochs=3, labelCol="late", store="work/store")  # doctest: +SKIP
-    >>> model = est.fit("work/flights/dataset")          # a materialized dataset   # doctest: +SKIP
+    >>> est = TorchEstimator(numWorkers=2, epochs=3, labelCol="label", store="work/store")  # doctest: +SKIP
+    >>> model = est.fit("work/job/dataset")          # a materialized dataset   # doctest: +SKIP
     >>> model.transform(test_df).select("prediction", "probability").show(3)          # doctest: +SKIP
     """
 
@@ -219,8 +365,8 @@ class KerasEstimator(_DistributedEstimator):
 
     Examples
     --------
-    >>> est = KerasEstimator(numWorkers=2, epochs=2, labelCol="late")  # doctest: +SKIP
-    >>> model = est.fit("work/flights/dataset")                          # doctest: +SKIP
+    >>> est = KerasEstimator(numWorkers=2, epochs=2, labelCol="label")  # doctest: +SKIP
+    >>> model = est.fit("work/job/dataset")                          # doctest: +SKIP
     """
 
     _framework = "keras"

@@ -23,15 +23,16 @@ class EvalResult:
 
 
 def estimator_from_config(train: TrainConfig, label: str, run_id: Optional[str] = None):
-    """A Torch/Keras estimator with the params of a job config's ``train:`` section."""
+    """A Torch/Keras estimator with the params of a job config's ``train:`` section.
+
+    ``run_id`` names the run (and resumes it when the store already holds it,
+    on the same data and params); without it each ``fit`` is a new run.
+    """
     from sparktrain.train.estimator import KerasEstimator, TorchEstimator
+    from sparktrain.train.params import params_from_config
 
     cls = TorchEstimator if train.framework == "torch" else KerasEstimator
-    est = cls(numWorkers=train.num_workers, epochs=train.epochs, batchSize=train.batch_size,
-              learningRate=train.learning_rate, hiddenUnits=list(train.hidden_units),
-              embeddingDim=train.embedding_dim, dropout=train.dropout, task=train.task, backend=train.backend,
-              store=train.store, shuffleBuffer=train.shuffle_buffer, seed=train.seed, useGpu=train.use_gpu,
-              labelCol=label)
+    est = cls(**params_from_config(train), labelCol=label)
     if run_id:
         est.setRunId(run_id)
     return est

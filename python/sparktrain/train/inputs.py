@@ -116,6 +116,13 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
     for col in [*(numeric or []), *(categorical or [])]:
         if col not in stats:
             raise MissingColumnError(col, list(stats), where=f"the training data at '{train_path}'")
+    ltype = stats[label]["type"]
+    if not (pa.types.is_boolean(ltype) or pa.types.is_integer(ltype) or pa.types.is_floating(ltype)
+            or pa.types.is_decimal(ltype)):
+        raise SchemaError(
+            f"label column '{label}' in '{train_path}' has type {ltype}; the model learns a boolean, integer "
+            f"(classes) or floating-point (regression) label. Fix: index a string label (StringIndexer, or a "
+            f"features: spec through sparktrain preprocess, which indexes it); a nested label cannot be learned")
     skip = {label, *exclude}
     if numeric is None:
         numeric = [c for c, s in stats.items() if c not in skip and pa.types.is_floating(s["type"])]
@@ -135,7 +142,6 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             raise SchemaError(f"categorical column '{c}' has negative index {stats[c]['min']}; "
                               "indices must be >= 0 (use StringIndexer or a categorical feature spec)")
         cat.append((c, int(mx) + 1))
-    ltype = stats[label]["type"]
     if task == "auto":
         if pa.types.is_boolean(ltype):
             task = "binary"
@@ -146,6 +152,13 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             task = "binary"
         else:
             task = "regression"
+    if task in ("binary", "multiclass") and stats[label]["min"] is not None and not pa.types.is_boolean(ltype) \
+            and stats[label]["min"] < 0:
+        raise SchemaError(f"label column '{label}' has class {stats[label]['min']}; class labels must be "
+                          f"0..K-1. Fix: index the label (StringIndexer), or set task='regression'")
+    if task == "multiclass" and stats[label]["max"] is None:
+        raise SchemaError(f"label column '{label}' has no statistics to count its classes; write the data "
+                          f"with Spark (which records min/max) or sparktrain preprocess")
     num_classes = int(stats[label]["max"]) + 1 if task == "multiclass" else 1
     if not numeric and not cat:
         raise SchemaError(f"no input columns found in '{train_path}': need float (numeric) or integer "

@@ -32,7 +32,14 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         self.model_bytes = model_bytes
         self.inputs = inputs
         self.history = list(history or [])
-        self.run_id = run_id
+        self.launch: Any = None  # the LaunchResult of the fit that made this model (not persisted)
+        if run_id:
+            self._set(runId=run_id)
+
+    @property
+    def run_id(self) -> str:
+        """The training run that produced this model (``getRunId()``; empty when unknown)."""
+        return self.getOrDefault(self.runId) if self.isDefined(self.runId) else ""
 
     def _require_fitted(self) -> None:
         """Raise unless a trained network is attached (narrows the Optional attributes for callers)."""

@@ -1,13 +1,35 @@
-"""Params shared by the Keras and PyTorch estimators and their models (Spark ML conventions)."""
+"""Params shared by the Keras and PyTorch estimators and their models (Spark ML conventions).
+
+Training defaults live in one place, :class:`sparktrain.config.TrainConfig`;
+:data:`PARAM_FIELDS` maps each training Param to its ``train:`` key, and the
+Params take their defaults from a default ``TrainConfig``.
+"""
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasLabelCol, HasPredictionCol, HasProbabilityCol, HasSeed
 
+from sparktrain.config import TrainConfig
 from sparktrain.errors import ConfigError
+
+#: Estimator Param -> ``train:`` key of a job config (the same knob under two naming conventions).
+PARAM_FIELDS: Dict[str, str] = {
+    "numWorkers": "num_workers", "epochs": "epochs", "batchSize": "batch_size",
+    "learningRate": "learning_rate", "hiddenUnits": "hidden_units", "embeddingDim": "embedding_dim",
+    "dropout": "dropout", "task": "task", "backend": "backend", "store": "store",
+    "shuffleBuffer": "shuffle_buffer", "validationFraction": "validation_fraction", "useGpu": "use_gpu",
+    "logEverySteps": "log_every_steps", "seed": "seed",
+}
+
+
+def params_from_config(train: TrainConfig) -> Dict[str, Any]:
+    """The estimator Params (camelCase) of a ``train:`` section."""
+    out = {p: getattr(train, f) for p, f in PARAM_FIELDS.items()}
+    out["hiddenUnits"] = list(out["hiddenUnits"])
+    return out
 
 
 def _positive_int(name: str):
@@ -24,6 +46,15 @@ def _positive_float(name: str):
         v = TypeConverters.toFloat(value)
         if not v > 0:
             raise ConfigError(name, value, "must be > 0")
+        return v
+    return convert
+
+
+def _positive_ints(name: str):
+    def convert(value: Any) -> List[int]:
+        v = TypeConverters.toListInt(value)
+        if not v or any(x < 1 for x in v):
+            raise ConfigError(name, value, "give one or more layer widths >= 1, e.g. [64, 64]")
         return v
     return convert
 
@@ -46,6 +77,13 @@ def _fraction(name: str):
     return convert
 
 
+def _run_id(value: Any) -> str:
+    v = TypeConverters.toString(value)
+    if not v or "/" in v or "\\" in v or v in (".", "..") or v.startswith("."):
+        raise ConfigError("runId", value, "use a plain name (letters, digits, '-', '_'), e.g. 'churn-2026-12'")
+    return v
+
+
 class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol):
     """Params a fitted model needs to score."""
 
@@ -54,16 +92,26 @@ class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol):
     categoricalCols: "Param[List[str]]" = Param(
         Params._dummy(), "categoricalCols", "int index input columns for embeddings (default: inferred)",
         TypeConverters.toListString)
+    runId: "Param[str]" = Param(
+        Params._dummy(), "runId",
+        "training run id. On an estimator: unset (each fit() is a new run) or set to resume that run; "
+        "on a model: the run that trained it", _run_id)
 
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(labelCol="label", predictionCol="prediction", probabilityCol="probability")
 
     def getNumericCols(self) -> List[str]:
+        """The float32 input columns."""
         return self.getOrDefault(self.numericCols)
 
     def getCategoricalCols(self) -> List[str]:
+        """The int index input columns."""
         return self.getOrDefault(self.categoricalCols)
+
+    def getRunId(self) -> str:
+        """The run id (raises if unset, as Spark's getters do)."""
+        return self.getOrDefault(self.runId)
 
 
 class _DistributedParams(_ModelParams, HasSeed):
@@ -78,7 +126,7 @@ class _DistributedParams(_ModelParams, HasSeed):
     learningRate: "Param[float]" = Param(Params._dummy(), "learningRate", "optimizer learning rate",
                                          _positive_float("learningRate"))
     hiddenUnits: "Param[List[int]]" = Param(Params._dummy(), "hiddenUnits", "widths of the MLP's hidden layers",
-                                            TypeConverters.toListInt)
+                                            _positive_ints("hiddenUnits"))
     embeddingDim: "Param[int]" = Param(Params._dummy(), "embeddingDim", "max embedding width per categorical",
                                        _positive_int("embeddingDim"))
     dropout: "Param[float]" = Param(Params._dummy(), "dropout", "dropout after each hidden layer",
@@ -89,8 +137,6 @@ class _DistributedParams(_ModelParams, HasSeed):
                                   _one_of("backend", ["auto", "ddp", "horovod", "mwms"]))
     store: "Param[str]" = Param(Params._dummy(), "store", "checkpoint store: local path or pyarrow fs URI",
                                 TypeConverters.toString)
-    runId: "Param[str]" = Param(Params._dummy(), "runId", "run id; re-running fit with it resumes training",
-                                TypeConverters.toString)
     shuffleBuffer: "Param[int]" = Param(Params._dummy(), "shuffleBuffer", "row-level shuffle buffer size",
                                         _positive_int("shuffleBuffer"))
     validationFraction: "Param[float]" = Param(
@@ -100,28 +146,71 @@ class _DistributedParams(_ModelParams, HasSeed):
                                   TypeConverters.toBoolean)
     logEverySteps: "Param[int]" = Param(Params._dummy(), "logEverySteps", "periodic metrics interval",
                                         _positive_int("logEverySteps"))
+    excludeCols: "Param[List[str]]" = Param(
+        Params._dummy(), "excludeCols",
+        "columns never used as inputs when they are inferred (ids, keys, leaky columns); a dataset's "
+        "features.json key is always left out", TypeConverters.toListString)
 
     def __init__(self) -> None:
         super().__init__()
-        self._setDefault(numWorkers=2, epochs=3, batchSize=512, learningRate=1e-3, hiddenUnits=[64, 64],
-                         embeddingDim=8, dropout=0.0, task="auto", backend="auto", store="work/store",
-                         shuffleBuffer=8192, validationFraction=0.1, useGpu=False, logEverySteps=50, seed=42,
-                         labelCol="late")
+        self._setDefault(**params_from_config(TrainConfig()), excludeCols=[])
 
     def getNumWorkers(self) -> int:
+        """Number of barrier tasks (ranks)."""
         return self.getOrDefault(self.numWorkers)
 
     def getEpochs(self) -> int:
+        """Passes over the training data."""
         return self.getOrDefault(self.epochs)
 
     def getBatchSize(self) -> int:
+        """Rows per step per worker."""
         return self.getOrDefault(self.batchSize)
 
     def getLearningRate(self) -> float:
+        """Optimizer learning rate."""
         return self.getOrDefault(self.learningRate)
 
-    def getStore(self) -> str:
-        return self.getOrDefault(self.store)
+    def getHiddenUnits(self) -> List[int]:
+        """Widths of the MLP's hidden layers."""
+        return list(self.getOrDefault(self.hiddenUnits))  # type: ignore[arg-type]
+
+    def getEmbeddingDim(self) -> int:
+        """Max embedding width per categorical input."""
+        return self.getOrDefault(self.embeddingDim)
+
+    def getDropout(self) -> float:
+        """Dropout after each hidden layer."""
+        return self.getOrDefault(self.dropout)
+
+    def getTask(self) -> str:
+        """``auto``, ``binary``, ``multiclass`` or ``regression``."""
+        return self.getOrDefault(self.task)
 
     def getBackend(self) -> str:
+        """``auto``, ``ddp``, ``horovod`` or ``mwms``."""
         return self.getOrDefault(self.backend)
+
+    def getStore(self) -> str:
+        """The checkpoint store (local path or URI)."""
+        return self.getOrDefault(self.store)
+
+    def getShuffleBuffer(self) -> int:
+        """Row-level shuffle buffer size."""
+        return self.getOrDefault(self.shuffleBuffer)
+
+    def getValidationFraction(self) -> float:
+        """Share of a DataFrame input held out for validation."""
+        return self.getOrDefault(self.validationFraction)
+
+    def getUseGpu(self) -> bool:
+        """Whether to train on CUDA devices."""
+        return self.getOrDefault(self.useGpu)
+
+    def getLogEverySteps(self) -> int:
+        """Periodic metrics interval in steps."""
+        return self.getOrDefault(self.logEverySteps)
+
+    def getExcludeCols(self) -> List[str]:
+        """Columns never used as inferred inputs."""
+        return list(self.getOrDefault(self.excludeCols))  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """Driver side of a training trial: the two runners the search loop calls.
 
 * :class:`SingleTaskRunner` (``tune.mode: single``) builds a one-worker
-  :class:`~sparktrain.train._executor.spec.WorkerSpec` for the trial and runs
+  :class:`~sparktrain.train.worker.WorkerSpec` for the trial and runs
   it as one tiny Spark job, ``spark.range(1, numPartitions=1).mapInArrow(...)``.
   The data goes by path in the spec; nothing is broadcast.
 * :class:`DistributedRunner` (``tune.mode: distributed``) fits the estimator,
@@ -54,21 +54,19 @@ class ObjectiveRunner:
 
 
 class _TrainingPlan:
-    """What every trial of one search shares: dataset paths, model inputs, the estimator's settings."""
+    """What every trial of one search shares: the job config, the dataset, one resolved plan.
+
+    Each trial's spec comes from the estimator's public :meth:`plan` step with
+    the trial's params, so trials and ``fit`` can never resolve inputs differently.
+    """
 
     def __init__(self, spark, cfg: JobConfig, dataset_path: str, prefix: str) -> None:
-        from sparktrain.train.evaluate import estimator_from_config
-        from sparktrain.train.inputs import infer_inputs
-
         if cfg.train is None:
             raise ConfigError("train", None, "tuning needs a train: section to start from")
-        train: TrainConfig = cfg.train
         self.cfg, self.dataset_path, self.prefix = cfg, os.fspath(dataset_path), prefix
         self.label = cfg.data.label
-        est = estimator_from_config(train, self.label)
-        self.train_path, self.val_path, meta = est._resolve_input(spark, self.dataset_path, prefix)
-        self.inputs = infer_inputs(self.train_path, self.label, task=train.task,
-                                   exclude=(meta or {}).get("exclude", [cfg.data.key]), meta=meta)
+        base = self.plan({}, f"{prefix}-plan")
+        self.train_path, self.val_path, self.inputs = base.train_path, base.val_path, base.inputs
         metric = cfg.tune.metric if cfg.tune else "val_loss"
         if metric.startswith("val_") and self.val_path is None:
             raise ConfigError("tune.metric", metric, f"the dataset at '{self.dataset_path}' has no validation "
@@ -81,20 +79,23 @@ class _TrainingPlan:
         train = replace(self.cfg.train or TrainConfig(), **params, **train_changes)
         return estimator_from_config(train, self.label, run_id=run_id)
 
-    def single_spec(self, params: Dict[str, Any], run_id: str):
-        """A ``world_size = 1`` WorkerSpec (DDP/Horovod are pointless for one worker)."""
-        est = self.estimator(params, run_id, num_workers=1, backend="auto")
-        spec = est._worker_spec(self.train_path, self.val_path, self.inputs, run_id)
-        return replace(spec, num_workers=1, progress_address=None)
+    def plan(self, params: Dict[str, Any], run_id: str, **train_changes: Any):
+        """The trial's :class:`~sparktrain.train.plan.TrainingPlan` (its run id is new: nothing resumes)."""
+        return self.estimator(params, run_id, **train_changes).plan(self.dataset_path)
 
-    def model(self, params: Dict[str, Any], run_id: str, model_bytes: bytes, history) -> Any:
+    def single_plan(self, params: Dict[str, Any], run_id: str):
+        """The trial's plan with ``world_size = 1`` (DDP/Horovod are pointless for one worker)."""
+        plan = self.plan(params, run_id, num_workers=1, backend="auto")
+        return replace(plan, spec=replace(plan.spec, num_workers=1, progress_address=None))
+
+    def single_spec(self, params: Dict[str, Any], run_id: str):
+        """A ``world_size = 1`` WorkerSpec."""
+        return self.single_plan(params, run_id).spec
+
+    def model(self, params: Dict[str, Any], plan: Any, model_bytes: bytes, history) -> Any:
         """The fitted Model of a single-task trial, as ``fit`` would have returned it."""
-        est = self.estimator(params, run_id, num_workers=1, backend="auto")
-        model = est._model_cls(framework=est._framework, model_bytes=model_bytes, inputs=self.inputs,
-                               history=list(history), run_id=run_id)
-        est._copyValues(model)
-        model._set(numericCols=list(self.inputs.numeric), categoricalCols=[c for c, _ in self.inputs.categorical])
-        return model
+        est = self.estimator(params, plan.run_id, num_workers=1, backend="auto")
+        return est.model_from_plan(plan, model_bytes, history)
 
     def preflight(self, spark, num_workers: int) -> None:
         from sparktrain.train import preflight
@@ -110,10 +111,13 @@ class SingleTaskRunner:
         self.spark, self.plan = spark, plan
 
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
-        run_id = f"{self.plan.prefix}-t{number:03d}"
-        outcome = run_task(self.spark, functools.partial(train_single, self.plan.single_spec(params, run_id)))
+        from sparktrain.train.plan import record_run
+
+        plan = self.plan.single_plan(params, f"{self.plan.prefix}-t{number:03d}")
+        record_run(plan)  # the trial's folder in the store is a recorded run, as a fit's is
+        outcome = run_task(self.spark, functools.partial(train_single, plan.spec))
         if outcome.error is None and outcome.model is not None:
-            outcome.model = _LazyModel(self.plan, params, run_id, outcome.model, outcome.history)
+            outcome.model = _LazyModel(self.plan, params, plan, outcome.model, outcome.history)
         return outcome
 
 
@@ -137,13 +141,14 @@ class DistributedRunner:
 class _LazyModel:
     """Model bytes of a single-task trial; turned into a Model only for the best trial."""
 
-    def __init__(self, plan: _TrainingPlan, params: Dict[str, Any], run_id: str, model_bytes: bytes,
+    def __init__(self, shared: _TrainingPlan, params: Dict[str, Any], plan: Any, model_bytes: bytes,
                  history) -> None:
-        self.plan, self.params, self.run_id = plan, params, run_id
+        self.shared, self.params, self.plan = shared, params, plan
+        self.run_id = plan.run_id
         self.model_bytes, self.history = model_bytes, history
 
     def build(self) -> Any:
-        return self.plan.model(self.params, self.run_id, self.model_bytes, self.history)
+        return self.shared.model(self.params, self.plan, self.model_bytes, self.history)
 
 
 def materialize_model(model: Optional[Any]) -> Any:

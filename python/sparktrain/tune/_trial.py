@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator
 
-from sparktrain.train._executor.spec import WorkerSpec
+from sparktrain.train.worker import WorkerSpec
 
 RESULT_SCHEMA = ("ok BOOLEAN, metrics STRING, history STRING, model BINARY, error STRING, traceback STRING, "
                  "seconds DOUBLE, host STRING, pid INT")
@@ -88,31 +88,16 @@ def normalize(out: Any, metric: str = "loss") -> Dict[str, Any]:
 
 
 def train_single(spec: WorkerSpec) -> Dict[str, Any]:
-    """Train one model with ``world_size = 1`` (no barrier, no rendezvous) and report its last epoch.
+    """Train one model with ``world_size = 1`` and report its last epoch.
 
     Returns
     -------
     dict
         The last epoch's metrics, plus ``history`` and ``model_bytes``.
     """
-    from sparktrain.train._executor.checkpoint import Checkpointer
-    from sparktrain.train._executor.context import WorkerContext
-    from sparktrain.train._executor.rendezvous import executor_host, free_port
-    from sparktrain.train._executor.reporter import Reporter
+    from sparktrain.train.worker import train_local
 
-    os.environ.update(spec.env)
-    host = executor_host(None)
-    aux = free_port(host) if spec.framework == "keras" else 0
-    ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux, attempt=0,
-                        checkpointer=Checkpointer(spec.store, spec.run_id), reporter=Reporter(None, 0, host))
-    if spec.framework == "torch":
-        from sparktrain.train._executor import torch_worker
-
-        result = torch_worker.train(spec, ctx)
-    else:
-        from sparktrain.train._executor import keras_launch
-
-        result = keras_launch.train_in_subprocess(spec, ctx, [{"host": host, "port": None, "aux": aux}])
-    history = result.get("history", [])
+    result = train_local(spec)
+    history = result["history"]
     last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
-    return {**last, "history": history, "model_bytes": result.get("model_bytes")}
+    return {**last, "history": history, "model_bytes": result["model_bytes"]}

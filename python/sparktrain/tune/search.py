@@ -13,7 +13,7 @@ the best model with the alias ``champion``.
 Examples
 --------
 >>> from sparktrain.config import load_config                        # doctest: +SKIP
->>> cfg = load_config("conf/flights.yaml")                           # doctest: +SKIP
+>>> cfg = load_config("conf/job.yaml")                              # doctest: +SKIP
 >>> result = run_search(spark, cfg, cfg.output.path)                 # doctest: +SKIP
 >>> print(format_trials(result))                                     # doctest: +SKIP
 >>> result.best_params, result.best_model                            # doctest: +SKIP

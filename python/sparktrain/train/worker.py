@@ -1,0 +1,78 @@
+"""Executor-side contracts of training, public: describe a run, train one worker, score batches.
+
+This is what :mod:`sparktrain.tune` and :mod:`sparktrain.track` use from the
+executor side; :mod:`sparktrain.train._executor` stays private to ``train/``.
+Like the modules behind it, this one imports nothing from the driver side
+(no pyspark.ml, MLflow or Hyperopt), so a Spark task or a pyfunc server pays
+only for what it uses.
+
+* :class:`WorkerSpec`, :class:`InputSpec`, :class:`ModelSpec`: the plain,
+  picklable description of a run that a task receives.
+* :func:`train_local`: train with ``world_size = 1`` inside the current
+  process (a single-task tuning trial).
+* :func:`predict_arrays`: score a dict of numpy columns with a trained
+  network (cached per process by the network's digest).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict
+
+import numpy as np
+
+from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
+
+__all__ = ["WorkerSpec", "InputSpec", "ModelSpec", "train_local", "predict_arrays"]
+
+
+def train_local(spec: WorkerSpec) -> Dict[str, Any]:
+    """Train one model with ``world_size = 1`` (no barrier, no rendezvous) in this process.
+
+    Returns
+    -------
+    dict
+        ``history`` (one dict per epoch) and ``model_bytes`` (the exported network).
+    """
+    from sparktrain.train._executor.checkpoint import Checkpointer
+    from sparktrain.train._executor.context import WorkerContext
+    from sparktrain.train._executor.rendezvous import executor_host, free_port
+    from sparktrain.train._executor.reporter import Reporter
+
+    os.environ.update(spec.env)
+    host = executor_host(None)
+    aux = free_port(host) if spec.framework == "keras" else 0
+    ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux, attempt=0,
+                        checkpointer=Checkpointer(spec.store, spec.run_id), reporter=Reporter(None, 0, host))
+    if spec.framework == "torch":
+        from sparktrain.train._executor import torch_worker
+
+        result = torch_worker.train(spec, ctx)
+    else:
+        from sparktrain.train._executor import keras_launch
+
+        result = keras_launch.train_in_subprocess(spec, ctx, [{"host": host, "port": None, "aux": aux}])
+    return {"history": result.get("history", []), "model_bytes": result.get("model_bytes")}
+
+
+def predict_arrays(framework: str, model_bytes: bytes, inputs: InputSpec, arrays: Dict[str, Any],
+                   key: str = "") -> np.ndarray:
+    """Probabilities (binary: of class 1; multiclass: per class) or values for numpy input columns.
+
+    Parameters
+    ----------
+    framework : str
+        ``torch`` or ``keras``.
+    model_bytes : bytes
+        The exported network.
+    inputs : InputSpec
+        Its inputs (``arrays`` must hold every column of ``inputs.columns``).
+    arrays : dict of str to numpy.ndarray
+        One array per input column, equal lengths.
+    key : str, optional
+        Cache key (the network's digest; computed when empty).
+    """
+    from sparktrain.train._executor.batches import scoring_arrays
+    from sparktrain.train._executor.predict import get_predictor
+
+    return get_predictor(framework, model_bytes, inputs, key)(*scoring_arrays(arrays, inputs))
