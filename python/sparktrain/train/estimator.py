@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pyspark import keyword_only
@@ -227,6 +228,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         return model
 
     def _fit(self, dataset: Any) -> _DistributedModel:
+        t0 = time.perf_counter()
         spark = _session_for(dataset)
         plan = self.plan(dataset)
         try:
@@ -239,7 +241,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         log.info("training %s (%s) with %d workers, %s run %s: %d numeric + %d categorical inputs, task %s",
                  self._framework, plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new",
                  plan.run_id, len(plan.inputs.numeric), len(plan.inputs.categorical), plan.inputs.task)
+        planned = time.perf_counter() - t0
         result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
+        result.plan_s = planned
         self.last_launch = result
         model = self.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result

@@ -38,6 +38,12 @@ class LaunchResult:
     seconds: float
     first_step_s: Optional[float] = None
     hosts: Dict[int, str] = field(default_factory=dict)
+    plan_s: float = 0.0  # driver time before the launch (plan + preflight), set by fit()
+
+    @property
+    def fit_to_first_step_s(self) -> Optional[float]:
+        """Seconds from ``fit()`` to the first training step (planning included)."""
+        return None if self.first_step_s is None else self.plan_s + self.first_step_s
 
 
 class _FirstStep:
