@@ -38,11 +38,6 @@ def resolve(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.
     return pafs.LocalFileSystem(), os.path.abspath(path)
 
 
-def is_local(fs: pafs.FileSystem) -> bool:
-    """True when ``fs`` is the local filesystem (where rename is atomic)."""
-    return isinstance(fs, pafs.LocalFileSystem)
-
-
 def info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
     """``FileInfo`` of one path (type ``NotFound`` when absent)."""
     return fs.get_file_info(path)

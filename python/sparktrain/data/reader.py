@@ -121,7 +121,7 @@ class Reader:
         self.path = path
         self._fill = dict(fill_null or {})
         self._batch, self._rank, self._world = int(batch_size), int(rank), int(world_size)
-        self._shuffle, self._seed, self._remainder = bool(shuffle), int(seed), remainder
+        self._shuffle, self._seed = bool(shuffle), int(seed)
         self._num_epochs = num_epochs
         n = self.num_rows
         self._shard = sharding.shard_rows(n, self._world, remainder)

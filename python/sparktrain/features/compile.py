@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import ConfigError
+from sparktrain.features._sql import INTERNAL_PREFIX, quote, sql_double, sql_string
 from sparktrain.features.spec import (
     BooleanFeature,
     CategoricalFeature,
@@ -48,7 +49,7 @@ from sparktrain.features.spec import (
     NumericFeature,
 )
 
-PREFIX = "__st_"  # == stages.INTERNAL_PREFIX (kept literal so this module imports without pyspark)
+PREFIX = INTERNAL_PREFIX  # the intermediate columns are named PREFIX<feature>__<step>
 
 #: Datetime part -> (number of distinct values, SQL expression of the part from ``secs`` and ``days``).
 #: Parts are computed from the UTC epoch, so they do not depend on the session time zone.
@@ -97,19 +98,6 @@ class FeaturePlan:
 
     def outputs_of(self, feature: str) -> List[OutputColumn]:
         return [o for o in self.outputs if o.feature == feature]
-
-
-def quote(name: str) -> str:
-    """A SQL identifier in backticks."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def sql_double(value: float) -> str:
-    return f"CAST('{float(value)!r}' AS DOUBLE)"
-
-
-def sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def numeric_sql(spec: NumericFeature, source_type: Optional[str] = None) -> str:

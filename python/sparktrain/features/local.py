@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 from sparktrain.errors import DataError, MissingColumnError
 
 _TRUE = {"t", "true", "y", "yes", "1"}
-_FALSE = {"f", "false", "n", "no", "0"}
 
 
 def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],

@@ -49,7 +49,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from sparktrain.config import JobConfig, SplitConfig
 from sparktrain.features import metadata as md
-from sparktrain.features.compile import compile_pipeline, plan_features, quote, source_columns
+from sparktrain.features._sql import quote
+from sparktrain.features.compile import compile_pipeline, plan_features, source_columns
 from sparktrain.features.fit import fit_features
 from sparktrain.features.validate import check_results, check_schema, validation_sql
 

@@ -29,10 +29,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sparktrain.errors import ConfigError, DataError, MissingColumnError
-from sparktrain.features.compile import quote, sql_double
+from sparktrain.features._sql import INTERNAL_PREFIX, quote, sql_double
 
-#: Prefix of the intermediate columns the compiled pipeline creates (dropped by the assembler).
-INTERNAL_PREFIX = "__st_"
 SCALE_METHODS = ("standard", "minmax")
 
 
@@ -474,11 +472,6 @@ def label_sql(dtype: T.DataType, name: str) -> str:
     return quote(name)
 
 
-def label_column(dtype: T.DataType, name: str):
-    """:func:`label_sql` as a Column."""
-    return F.expr(label_sql(dtype, name))
-
-
 __all__ = [
     "INTERNAL_PREFIX",
     "ColumnScaler",
@@ -487,5 +480,4 @@ __all__ = [
     "top_values",
     "VocabularyIndexer",
     "VocabularyIndexerModel",
-    "label_column",
 ]

@@ -1,10 +1,9 @@
 """Bad-input checks before any fitting: the schema first (no Spark job), then one aggregation pass.
 
 :func:`check_schema` finds missing columns and types that cannot feed a
-feature.  :func:`validation_sql` writes every data check as one list of
-aggregate expressions (SQL text; :func:`validation_aggregates` gives them as
-Columns), so they run in a single pass: one ``selectExpr`` (:func:`validate`,
-and :func:`sparktrain.features.fit.fit_features` beside its statistics) or
+feature.  :func:`validation_sql` writes every data check as one list of SQL
+aggregate expressions, so they run in a single pass: one ``selectExpr``
+(:func:`validate`, and :func:`sparktrain.features.fit.fit_features` beside its statistics) or
 piggy-backed on a write with ``DataFrame.observe`` (the staged path of
 :func:`sparktrain.features.materialize.materialize`).  :func:`check_results`
 turns the numbers into errors:
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import DataError, MissingColumnError, SchemaError
-from sparktrain.features.compile import quote
+from sparktrain.features._sql import quote
 from sparktrain.features.spec import (
     CategoricalFeature,
     CrossedFeature,
@@ -84,23 +83,15 @@ def check_schema(schema: Any, specs: Sequence[FeatureSpec], key: Optional[str] =
     return types
 
 
-def validation_aggregates(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: Optional[str] = None,
-                          label: Optional[str] = None, distinct: bool = True) -> List[Any]:
-    """All data checks as aggregate columns (aliases ``v<i>_<check>``), for one pass.
+def validation_sql(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: Optional[str] = None,
+                   label: Optional[str] = None, distinct: bool = True) -> List[str]:
+    """All data checks as SQL aggregates (``"<aggregate> AS `v<i>_<check>`"``), for one pass, e.g. one ``selectExpr``.
 
     ``distinct=False`` leaves out the approximate vocabulary-size check
     (``approx_count_distinct``, an imperative aggregate that turns off code
     generation for the whole pass), for a caller that counts vocabularies
     exactly and bounded, as :func:`sparktrain.features.fit.fit_features` does.
     """
-    from pyspark.sql import functions as F
-
-    return [F.expr(e) for e in validation_sql(types, specs, key, label, distinct)]
-
-
-def validation_sql(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: Optional[str] = None,
-                   label: Optional[str] = None, distinct: bool = True) -> List[str]:
-    """:func:`validation_aggregates` as SQL text (``"<aggregate> AS `<alias>`"``), e.g. for one ``selectExpr``."""
     exprs: List[Tuple[str, str]] = [("rows", "count(1)")]
     if key:
         exprs.append(("keys", f"count({quote(key)})"))
@@ -187,5 +178,4 @@ def validate(df: Any, specs: Sequence[FeatureSpec], key: Optional[str] = None,
     return check_results(row.asDict(), specs, label, types)
 
 
-__all__ = ["ACCEPTED", "ValidationReport", "check_results", "check_schema", "validate", "validation_aggregates",
-           "validation_sql"]
+__all__ = ["ACCEPTED", "ValidationReport", "check_results", "check_schema", "validate", "validation_sql"]
