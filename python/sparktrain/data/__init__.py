@@ -1,4 +1,8 @@
-"""Stream Parquet datasets into TensorFlow and PyTorch (petastorm's role, on ``pyarrow.dataset``).
+"""Stream Parquet datasets into TensorFlow and PyTorch (petastorm's role).
+
+Built on ``pyarrow.parquet``: the reader plans from the manifest (or the
+footers) and decodes one row group at a time with
+``ParquetFile.read_row_group``; files are opened through ``pyarrow.fs``.
 
 Executor-safe: importing this package imports neither pyspark, TensorFlow nor
 torch.  Names are resolved lazily on first access:
