@@ -197,6 +197,7 @@ class TrainResult:
     baseline: Dict[str, float]
     history: List[Dict[str, float]]
     seconds: float
+    baseline_model: str = "LogisticRegression"
 
     def format(self) -> str:
         last = self.history[-1] if self.history else {}
@@ -206,7 +207,7 @@ class TrainResult:
         width = max((len(k) for k in (*self.test, *self.baseline)), default=8)
         for k, v in self.test.items():
             base = self.baseline.get(k)
-            extra = f"   (Spark MLlib LogisticRegression: {base:.4f})" if base is not None else ""
+            extra = f"   (Spark MLlib {self.baseline_model}: {base:.4f})" if base is not None else ""
             lines.append(f"  {k:<{width}}  {v:.4f}{extra}")
         lines.append(f"time: {self.seconds:.1f} s")
         return "\n".join(lines)
@@ -215,7 +216,7 @@ class TrainResult:
 def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[Any] = (),
                 run_id: Optional[str] = None) -> TrainResult:
     """Fit the ``train:`` section's estimator on a materialized dataset, then evaluate on its test split."""
-    from sparktrain.train.evaluate import estimator_from_config, evaluate_model, logistic_baseline
+    from sparktrain.train.evaluate import baseline_name, estimator_from_config, evaluate_model, mllib_baseline
     from sparktrain.train.inputs import exists
 
     if cfg.train is None:
@@ -227,10 +228,12 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
     test, baseline = {}, {}
     if exists(test_path):  # local path or filesystem URI (hdfs://, s3a://)
         test = evaluate_model(model, spark.read.parquet(test_path)).metrics
-        if cfg.train.compare_baseline and model.inputs.task == "binary":
-            baseline = logistic_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics
+        if cfg.train.compare_baseline:
+            baseline = mllib_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics
+    log.info("task %s (label '%s'%s)", model.inputs.task, cfg.data.label,
+             f", classes {list(model.inputs.classes)[:10]}" if model.inputs.classes else "")
     return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
-                       seconds=time.perf_counter() - t0)
+                       seconds=time.perf_counter() - t0, baseline_model=baseline_name(model.inputs.task))
 
 
 def _defined(cfg: JobConfig, stage: str) -> bool:

@@ -76,35 +76,36 @@ def raw_columns(meta: Dict[str, Any]) -> List[Tuple[str, str]]:
     return list(out.items())
 
 
-def output_columns(task: str) -> List[Tuple[str, str]]:
-    """``[(column, Spark SQL type)]`` that ``predict`` returns for ``task``."""
+def output_columns(task: str, prediction_type: str = "double") -> List[Tuple[str, str]]:
+    """``[(column, Spark SQL type)]`` that ``predict`` returns for ``task``.
+
+    ``prediction_type`` is ``string`` for a string label (the class names), else ``double``.
+    """
     if task == "binary":
-        return [("prediction", "double"), ("probability", "double")]
+        return [("prediction", prediction_type), ("probability", "double")]
     if task == "multiclass":
-        return [("prediction", "double"), ("probability", "array<double>")]
+        return [("prediction", prediction_type), ("probability", "array<double>")]
     return [("prediction", "double")]
 
 
-def model_signature(meta: Dict[str, Any], task: str):
+def model_signature(meta: Dict[str, Any], inputs: Any):
     """The :class:`~mlflow.models.ModelSignature` on the raw input columns."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema
     from mlflow.types.schema import Array
 
     cols: List[Any] = [ColSpec(DataType[t], name) for name, t in raw_columns(meta)]
-    inputs = Schema(cols)
-    outs: List[Any] = [ColSpec(Array(DataType.double) if t.startswith("array") else DataType.double, n)
-            for n, t in output_columns(task)]
-    return ModelSignature(inputs=inputs, outputs=Schema(outs))
+    outs: List[Any] = [ColSpec(Array(DataType.double) if t.startswith("array") else DataType[t], n)
+                       for n, t in output_columns(inputs.task, inputs.prediction_type)]
+    return ModelSignature(inputs=Schema(cols), outputs=Schema(outs))
 
 
 def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: bytes, inputs: Any):
     """Raw pandas rows -> ``prediction`` (and ``probability``) as a pandas DataFrame."""
-    import numpy as np
     import pandas as pd
 
     from sparktrain.features.local import transform_local
-    from sparktrain.train.worker import predict_arrays
+    from sparktrain.train.worker import predict_arrays, to_outputs
 
     if not isinstance(df, pd.DataFrame):
         df = pd.DataFrame(df)
@@ -115,14 +116,13 @@ def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: by
             if pd.api.types.is_datetime64_dtype(df[col]) and getattr(df[col].dt, "tz", None) is None:
                 df[col] = df[col].dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
     arrays = transform_local(df, meta)
-    out = predict_arrays(framework, model_bytes, inputs, arrays)
+    out = to_outputs(predict_arrays(framework, model_bytes, inputs, arrays), inputs)
+    frame = pd.DataFrame({"prediction": out["prediction"]})
     if inputs.task == "binary":
-        p = np.asarray(out, dtype=np.float64).reshape(-1)
-        return pd.DataFrame({"prediction": (p > 0.5).astype(np.float64), "probability": p})
-    if inputs.task == "multiclass":
-        p = np.asarray(out, dtype=np.float64)
-        return pd.DataFrame({"prediction": np.argmax(p, axis=1).astype(np.float64), "probability": list(p)})
-    return pd.DataFrame({"prediction": np.asarray(out, dtype=np.float64).reshape(-1)})
+        frame["probability"] = out["probability"]
+    elif inputs.task == "multiclass":
+        frame["probability"] = list(out["probability"])  # type: ignore[call-overload]
+    return frame
 
 
 class SparktrainModel(PythonModel):
@@ -218,7 +218,7 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
         code = _package_copy(os.path.join(tmp, "code"))
         return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
                          model_id=logged.model_id, python_model=entry, artifacts=artifacts, code_paths=[code],
-                         signature=model_signature(meta, model.inputs.task), input_example=input_example,
+                         signature=model_signature(meta, model.inputs), input_example=input_example,
                          pip_requirements=pip_requirements(model.framework),
                          metadata={"sparktrain": {"framework": model.framework, "task": model.inputs.task,
                                                   "label": model.getLabelCol(), **(metadata or {})}})

@@ -1,4 +1,4 @@
-"""Test-set metrics for a fitted model, and the Spark MLlib baseline it must beat.
+"""Test-set metrics for a fitted model, and the Spark MLlib baseline it must beat (every task).
 
 Both run as Spark jobs over the materialized test split (an evaluator's
 aggregation, never a collect of rows).
@@ -39,36 +39,47 @@ def estimator_from_config(train: TrainConfig, label: str, run_id: Optional[str] 
 
 
 def evaluate_model(model, df) -> EvalResult:
-    """AUC / accuracy (classification) or RMSE (regression) of ``model`` on ``df``."""
+    """Test metrics of ``model`` on a materialized split ``df`` (its label as written: class indices).
+
+    Binary: AUC and accuracy; multiclass: accuracy; regression: RMSE and R².
+    """
     from pyspark.ml.evaluation import BinaryClassificationEvaluator, RegressionEvaluator
     from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
-    scored = model.transform(df)
-    label = model.getLabelCol()
+    scored = model._score(df, decode=False).withColumn("__y", F.col(model.getLabelCol()).cast("double"))
+    pred = model.getPredictionCol()
     task = model.inputs.task
     out: Dict[str, float] = {}
     if task == "binary":
-        scored = scored.withColumn("__y", F.col(label).cast("double"))
         out["test_auc"] = BinaryClassificationEvaluator(
             rawPredictionCol=model.getProbabilityCol(), labelCol="__y", metricName="areaUnderROC").evaluate(scored)
-        out["test_accuracy"] = scored.agg(F.avg((F.col("__y") == F.col(model.getPredictionCol())).cast("double"))
-                                          ).first()[0]
-    elif task == "multiclass":
-        out["test_accuracy"] = scored.agg(F.avg((F.col(label).cast("double") == F.col(model.getPredictionCol()))
-                                                .cast("double"))).first()[0]
+    if task in ("binary", "multiclass"):
+        out["test_accuracy"] = scored.agg(F.avg((F.col("__y") == F.col(pred)).cast("double"))).first()[0]
     else:
-        out["test_rmse"] = RegressionEvaluator(labelCol=label, predictionCol=model.getPredictionCol(),
-                                               metricName="rmse").evaluate(scored)
+        for metric in ("rmse", "r2"):
+            out[f"test_{metric}"] = RegressionEvaluator(labelCol="__y", predictionCol=pred,
+                                                        metricName=metric).evaluate(scored)
     return EvalResult(metrics={k: float(v) for k, v in out.items()}, seconds=time.perf_counter() - t0)
 
 
-def logistic_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalResult:
-    """Spark MLlib LogisticRegression on the same inputs (categoricals one-hot encoded)."""
+def baseline_name(task: str) -> str:
+    """The Spark MLlib model :func:`mllib_baseline` fits for ``task``."""
+    return "LinearRegression" if task == "regression" else "LogisticRegression"
+
+
+def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalResult:
+    """Spark MLlib on the same inputs (categoricals one-hot encoded), scored like :func:`evaluate_model`.
+
+    Binary: LogisticRegression (AUC, accuracy); multiclass: multinomial
+    LogisticRegression (accuracy); regression: LinearRegression (RMSE, R²).
+    """
     from pyspark.ml import Pipeline
     from pyspark.ml.classification import LogisticRegression
-    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+    from pyspark.ml.evaluation import (BinaryClassificationEvaluator, MulticlassClassificationEvaluator,
+                                       RegressionEvaluator)
     from pyspark.ml.feature import OneHotEncoder, VectorAssembler
+    from pyspark.ml.regression import LinearRegression
     from pyspark.sql import functions as F
 
     t0 = time.perf_counter()
@@ -79,10 +90,23 @@ def logistic_baseline(spark, dataset_path: str, inputs: Any, label: str) -> Eval
     if cats:
         stages.append(OneHotEncoder(inputCols=cats, outputCols=[f"{c}__oh" for c in cats], dropLast=False,
                                     handleInvalid="keep"))
-    stages += [VectorAssembler(inputCols=[*inputs.numeric, *(f"{c}__oh" for c in cats)], outputCol="__x",
-                               handleInvalid="keep"),
-               LogisticRegression(featuresCol="__x", labelCol="__y", maxIter=50, regParam=1e-4)]
-    fitted = Pipeline(stages=stages).fit(train)
-    auc = BinaryClassificationEvaluator(rawPredictionCol="rawPrediction", labelCol="__y",
-                                        metricName="areaUnderROC").evaluate(fitted.transform(test))
-    return EvalResult(metrics={"test_auc": float(auc)}, seconds=time.perf_counter() - t0)
+    stages.append(VectorAssembler(inputCols=[*inputs.numeric, *(f"{c}__oh" for c in cats)], outputCol="__x",
+                                  handleInvalid="keep"))
+    task = inputs.task
+    if task == "regression":
+        stages.append(LinearRegression(featuresCol="__x", labelCol="__y", maxIter=50, regParam=1e-4))
+    else:
+        stages.append(LogisticRegression(featuresCol="__x", labelCol="__y", maxIter=50, regParam=1e-4,
+                                         family="binomial" if task == "binary" else "multinomial"))
+    scored = Pipeline(stages=stages).fit(train).transform(test)
+    out: Dict[str, float] = {}
+    if task == "binary":
+        out["test_auc"] = BinaryClassificationEvaluator(rawPredictionCol="rawPrediction", labelCol="__y",
+                                                        metricName="areaUnderROC").evaluate(scored)
+    if task in ("binary", "multiclass"):
+        out["test_accuracy"] = MulticlassClassificationEvaluator(labelCol="__y", metricName="accuracy"
+                                                                 ).evaluate(scored)
+    else:
+        for metric in ("rmse", "r2"):
+            out[f"test_{metric}"] = RegressionEvaluator(labelCol="__y", metricName=metric).evaluate(scored)
+    return EvalResult(metrics={k: float(v) for k, v in out.items()}, seconds=time.perf_counter() - t0)

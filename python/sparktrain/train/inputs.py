@@ -18,6 +18,8 @@ from sparktrain.train._executor.spec import InputSpec
 log = logging.getLogger(__name__)
 
 FEATURES_JSON = "features.json"
+#: An inferred categorical input with more embedding rows than this is refused as a likely id column.
+MAX_INFERRED_CARDINALITY = 1_000_000
 
 
 def exists(path: str) -> bool:
@@ -126,6 +128,7 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
     skip = {label, *exclude}
     if numeric is None:
         numeric = [c for c, s in stats.items() if c not in skip and pa.types.is_floating(s["type"])]
+    inferred_cat = categorical is None
     if categorical is None:
         categorical = [c for c, s in stats.items() if c not in skip and pa.types.is_integer(s["type"])]
     cards = _cardinalities_from_features(meta)
@@ -141,27 +144,37 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
         if stats[c]["min"] is not None and stats[c]["min"] < 0:
             raise SchemaError(f"categorical column '{c}' has negative index {stats[c]['min']}; "
                               "indices must be >= 0 (use StringIndexer or a categorical feature spec)")
+        if inferred_cat and int(mx) + 1 > MAX_INFERRED_CARDINALITY:
+            raise SchemaError(f"integer column '{c}' would be a categorical input with {int(mx) + 1:,} embedding "
+                              f"rows (its max is {mx}); it looks like an id. Fix: add it to excludeCols, or pass "
+                              f"numericCols/categoricalCols explicitly")
         cat.append((c, int(mx) + 1))
+    lmeta = (meta or {}).get("label")
+    lmeta = lmeta if isinstance(lmeta, dict) else {}
+    decided = lmeta.get("task") or (meta or {}).get("task")  # features.json: what preprocess decided
+    if task == "auto" and decided in ("binary", "multiclass", "regression"):
+        task = decided
     if task == "auto":
         if pa.types.is_boolean(ltype):
             task = "binary"
         elif pa.types.is_integer(ltype):
             task = "binary" if (stats[label]["max"] or 0) <= 1 else "multiclass"
-        elif pa.types.is_floating(ltype) and stats[label]["min"] == 0 and stats[label]["max"] == 1 \
-                and (meta or {}).get("task") == "binary":
-            task = "binary"
         else:
             task = "regression"
     if task in ("binary", "multiclass") and stats[label]["min"] is not None and not pa.types.is_boolean(ltype) \
             and stats[label]["min"] < 0:
         raise SchemaError(f"label column '{label}' has class {stats[label]['min']}; class labels must be "
                           f"0..K-1. Fix: index the label (StringIndexer), or set task='regression'")
-    if task == "multiclass" and stats[label]["max"] is None:
-        raise SchemaError(f"label column '{label}' has no statistics to count its classes; write the data "
-                          f"with Spark (which records min/max) or sparktrain preprocess")
-    num_classes = int(stats[label]["max"]) + 1 if task == "multiclass" else 1
+    classes = tuple(lmeta.get("vocabulary") or ()) if task != "regression" else ()
+    num_classes = 1
+    if task == "multiclass":
+        known = lmeta.get("num_classes") or len(classes)
+        if not known and stats[label]["max"] is None:
+            raise SchemaError(f"label column '{label}' has no statistics to count its classes; write the data "
+                              f"with Spark (which records min/max) or sparktrain preprocess")
+        num_classes = int(known) if known else int(stats[label]["max"]) + 1
     if not numeric and not cat:
         raise SchemaError(f"no input columns found in '{train_path}': need float (numeric) or integer "
                           f"(categorical index) columns besides the label '{label}'")
     return InputSpec(numeric=tuple(numeric), categorical=tuple(cat), label=label, task=task,
-                     num_classes=num_classes)
+                     num_classes=num_classes, classes=classes)

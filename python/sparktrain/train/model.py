@@ -2,15 +2,17 @@
 
 ``transform`` runs ``mapInArrow``: each Python worker loads the network once
 (cached by a digest of its bytes) and scores whole Arrow batches.  It adds
-``predictionCol`` (class index, or the value for regression) and, for
-classification, ``probabilityCol`` (probability of class 1 for binary, the
-class probabilities as ``array<double>`` for multiclass; Arrow-native rather
-than an ML Vector).
+``predictionCol`` and, for classification, ``probabilityCol`` (probability of
+class index 1 for binary, the class probabilities in class-index order as
+``array<double>`` for multiclass; Arrow-native rather than an ML Vector).
+``prediction`` is in the label's original values: the class string for a
+string label (the model's :attr:`labels` lists them in index order), the
+class value as a double for a numeric one, the value for regression.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from typing import Any, Dict, Iterator, List, Optional
 
 from pyspark.ml import Model
@@ -46,10 +48,22 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         if not self.model_bytes or self.inputs is None:
             raise NotFittedError(f"{type(self).__name__} has no trained network; call fit() or load() first")
 
-    def _output_schema(self, df):
-        from pyspark.sql.types import ArrayType, DoubleType, StructField, StructType
+    @property
+    def labels(self) -> List[Any]:
+        """The original label value of each class index (empty when the label was not indexed)."""
+        self._require_fitted()
+        assert self.inputs is not None  # for mypy; checked above
+        return list(self.inputs.classes)
 
-        fields = list(df.schema.fields) + [StructField(self.getPredictionCol(), DoubleType())]
+    def getLabels(self) -> List[Any]:
+        """Spark ML spelling of :attr:`labels` (as ``StringIndexerModel.labels``)."""
+        return self.labels
+
+    def _output_schema(self, df):
+        from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
+
+        pred_type = StringType() if self.inputs.prediction_type == "string" else DoubleType()
+        fields = list(df.schema.fields) + [StructField(self.getPredictionCol(), pred_type)]
         if self.inputs.task == "binary":
             fields.append(StructField(self.getProbabilityCol(), DoubleType()))
         elif self.inputs.task == "multiclass":
@@ -57,13 +71,21 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         return StructType(fields)
 
     def _transform(self, dataset):
+        return self._score(dataset, decode=True)
+
+    def _score(self, dataset, decode: bool):
+        """``transform``; without ``decode``, ``prediction`` is the class index (for indexed splits)."""
         self._require_fitted()
+        assert self.model_bytes is not None and self.inputs is not None  # for mypy; checked above
         for col in self.inputs.columns:
             if col not in dataset.columns:
                 raise MissingColumnError(col, dataset.columns, where="the DataFrame to score")
-        fn = make_scoring_function(self.framework, self.model_bytes, self.inputs,
+        inputs = self.inputs if decode else replace(self.inputs, classes=())
+        fn = make_scoring_function(self.framework, self.model_bytes, inputs,
                                    self.getPredictionCol(), self.getProbabilityCol())
-        return dataset.mapInArrow(fn, self._output_schema(dataset))
+        out = self.copy()
+        out.inputs = inputs
+        return dataset.mapInArrow(fn, out._output_schema(dataset))
 
     def predict_numpy(self, batch: Dict[str, Any]):
         """Score a dict of numpy arrays on the driver (small data, tests, notebooks)."""
@@ -89,29 +111,28 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
     key = digest(model_bytes)
 
     def score(batches: Iterator[Any]) -> Iterator[Any]:
-        import numpy as np
         import pyarrow as pa
 
         from sparktrain.train._executor.batches import scoring_arrays
-        from sparktrain.train._executor.predict import get_predictor
+        from sparktrain.train._executor.predict import get_predictor, to_outputs
 
         predict = get_predictor(framework, model_bytes, inputs, key)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             arrays = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in inputs.columns}
-            out = predict(*scoring_arrays(arrays, inputs))
+            out = to_outputs(predict(*scoring_arrays(arrays, inputs)), inputs)
             cols = [batch.column(i) for i in range(batch.num_columns)]
             names = list(batch.schema.names)
+            cols.append(pa.array(out["prediction"], type=pa.string() if inputs.prediction_type == "string"
+                                 else pa.float64()))
+            names.append(prediction_col)
             if inputs.task == "binary":
-                cols += [pa.array((out > 0.5).astype(np.float64)), pa.array(out.astype(np.float64))]
-                names += [prediction_col, probability_col]
+                cols.append(pa.array(out["probability"]))
+                names.append(probability_col)
             elif inputs.task == "multiclass":
-                cols += [pa.array(np.argmax(out, axis=1).astype(np.float64)), pa.array(list(out))]
-                names += [prediction_col, probability_col]
-            else:
-                cols.append(pa.array(out.astype(np.float64)))
-                names.append(prediction_col)
+                cols.append(pa.array(list(out["probability"])))  # type: ignore[call-overload]
+                names.append(probability_col)
             yield pa.RecordBatch.from_arrays(cols, names=names)
 
     return score
@@ -156,7 +177,3 @@ class _ModelReader(MLReader):
         model._resetUid(meta["uid"])
         DefaultParamsReader.getAndSetParams(model, meta)
         return model
-
-
-def history_json(model: _DistributedModel) -> str:
-    return json.dumps(model.history, indent=2)

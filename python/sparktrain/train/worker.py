@@ -11,7 +11,9 @@ only for what it uses.
 * :func:`train_local`: train with ``world_size = 1`` inside the current
   process (a single-task tuning trial).
 * :func:`predict_arrays`: score a dict of numpy columns with a trained
-  network (cached per process by the network's digest).
+  network (cached per process by the network's digest); :func:`to_outputs`
+  turns its output into ``prediction`` (in the label's original values) and
+  ``probability`` columns.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import numpy as np
 
 from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
 
-__all__ = ["WorkerSpec", "InputSpec", "ModelSpec", "train_local", "predict_arrays"]
+from sparktrain.train._executor.predict import to_outputs
+
+__all__ = ["WorkerSpec", "InputSpec", "ModelSpec", "train_local", "predict_arrays", "to_outputs"]
 
 
 def train_local(spec: WorkerSpec) -> Dict[str, Any]:

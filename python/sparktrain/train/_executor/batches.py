@@ -6,7 +6,7 @@ exactly the rows it has not seen yet, in the order a fresh run would have.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Tuple
 
 import numpy as np
 
@@ -63,7 +63,3 @@ def scoring_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Tuple[np.
         fake[inputs.label] = np.zeros(len(first), dtype=np.float32)
     x_num, x_cat, _ = to_arrays(fake, inputs)
     return x_num, x_cat
-
-
-def maybe(v: Optional[str]) -> bool:
-    return bool(v)

@@ -4,8 +4,8 @@ Layout under ``<store>/<run_id>/``::
 
     checkpoints/epoch-0001.ckpt   one file per finished epoch (bytes from the framework)
     checkpoints/log.jsonl         append-only event log (epoch started / finished / resumed)
-    model/model.bin               the final exported model
-    model/spec.json
+    failures/                     one JSON file per failed rank and attempt
+    run.json                      the run's fingerprint (written by the driver, sparktrain.train.plan)
 
 Writes are atomic (temporary name, then a rename), so a worker killed halfway
 never leaves a checkpoint that looks complete.  Only rank 0 writes.
@@ -122,11 +122,3 @@ class Checkpointer:
                for n in self.store.listdir(self._rel("failures"))
                if n.endswith(".json") and n.startswith(f"{self.launch_id}-")]
         return sorted(out, key=lambda d: d["time"])
-
-    def save_model(self, model_bytes: bytes, spec: Dict[str, Any]) -> None:
-        self.store.write_bytes(self._rel("model", "model.bin"), model_bytes)
-        self.store.write_bytes(self._rel("model", "spec.json"), json.dumps(spec, indent=2).encode())
-
-    def load_model(self) -> Tuple[bytes, Dict[str, Any]]:
-        return (self.store.read_bytes(self._rel("model", "model.bin")),
-                json.loads(self.store.read_bytes(self._rel("model", "spec.json"))))

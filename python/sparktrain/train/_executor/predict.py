@@ -11,7 +11,7 @@ import io
 import os
 import tempfile
 import threading
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict
 
 import numpy as np
 
@@ -20,6 +20,31 @@ from sparktrain.train._executor.spec import InputSpec, ModelSpec
 Predictor = Callable[[np.ndarray, np.ndarray], np.ndarray]
 _CACHE: Dict[str, Predictor] = {}
 _LOCK = threading.Lock()
+
+
+def to_outputs(out: np.ndarray, inputs: InputSpec, decode: bool = True) -> Dict[str, object]:
+    """Network output -> ``{"prediction": ..., "probability": ...}`` columns as numpy arrays.
+
+    Binary: ``probability`` is the probability of class index 1; multiclass: one
+    probability per class index (rows of a 2-D array).  With ``decode`` and a
+    label vocabulary (``inputs.classes``), ``prediction`` holds the original
+    label value of the predicted class (a string, or the number as a double);
+    otherwise the class index as a double.  Regression: the value.
+    """
+    if inputs.task == "regression":
+        return {"prediction": np.asarray(out, dtype=np.float64).reshape(-1)}
+    if inputs.task == "binary":
+        prob = np.asarray(out, dtype=np.float64).reshape(-1)
+        idx = (prob > 0.5).astype(np.int64)
+    else:
+        prob = np.asarray(out, dtype=np.float64)
+        idx = np.argmax(prob, axis=1)
+    if decode and inputs.classes:
+        values = np.asarray(inputs.classes, dtype=object)[idx]
+        pred = values.astype(str) if inputs.prediction_type == "string" else values.astype(np.float64)
+    else:
+        pred = idx.astype(np.float64)
+    return {"prediction": pred, "probability": prob}
 
 
 def digest(model_bytes: bytes) -> str:
@@ -78,8 +103,3 @@ def _load_keras(model_bytes: bytes, inputs: InputSpec) -> Predictor:
         return to_prediction_np(np.asarray(out), inputs.task)
 
     return predict
-
-
-def predict_batch(framework: str, model_bytes: bytes, inputs: InputSpec, x: Tuple[np.ndarray, np.ndarray],
-                  key: str = "") -> np.ndarray:
-    return get_predictor(framework, model_bytes, inputs, key)(*x)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Optional, Tuple
+from typing import Optional
 
 
 def executor_host(task_address: Optional[str] = None) -> str:
@@ -88,9 +88,3 @@ def make_tcp_store(host: str, port: int, world_size: int, is_master: bool,
         listen_sock.detach()  # the store owns (and closes) the descriptor now
         return store
     return dist.TCPStore(host, port, world_size, False, timedelta(seconds=timeout_s))
-
-
-def split_address(address: str) -> Tuple[str, int]:
-    """``'host:port'`` -> ``(host, port)``."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)

@@ -19,20 +19,30 @@ class InputSpec:
     label: str
     task: str  # binary | multiclass | regression
     num_classes: int = 1
+    classes: Tuple[Any, ...] = ()  # the original label value of each class index (empty: the index itself)
 
     @property
     def columns(self) -> List[str]:
         return [*self.numeric, *(c for c, _ in self.categorical)]
 
+    @property
+    def prediction_type(self) -> str:
+        """Spark SQL type of ``prediction``: the class value's type for string classes, else double."""
+        if self.task != "regression" and any(isinstance(c, str) for c in self.classes):
+            return "string"
+        return "double"
+
     def to_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["categorical"] = [list(x) for x in self.categorical]
+        d["classes"] = list(self.classes)
         return d
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "InputSpec":
         return cls(numeric=tuple(d["numeric"]), categorical=tuple((c, int(n)) for c, n in d["categorical"]),
-                   label=d["label"], task=d["task"], num_classes=int(d.get("num_classes", 1)))
+                   label=d["label"], task=d["task"], num_classes=int(d.get("num_classes", 1)),
+                   classes=tuple(d.get("classes") or ()))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,94 @@
+"""Predictions come back in the label's original values (real Spark, real torch)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def species(spark, tmp_path_factory):
+    """Three classes indexed 0..2 as preprocess writes them, with the vocabulary in features.json."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    root = tmp_path_factory.mktemp("labels") / "ds"
+    df = spark.range(3000).select((F.rand(4) * 3).cast("float").alias("size"))
+    df = df.withColumn("kind", F.floor("size").cast("int"))
+    write_parquet(df.where("rand(9) < 0.85"), str(root / "train"))
+    write_parquet(df.limit(300), str(root / "test"))
+    meta = {"format": "sparktrain.features/1", "key": None, "task": "multiclass",
+            "label": {"column": "kind", "dtype": "int32", "source_dtype": "string", "task": "multiclass",
+                      "num_classes": 3, "vocabulary": ["adder", "boa", "cobra"]},
+            "columns": [], "features": []}
+    (root / "features.json").write_text(json.dumps(meta))
+    return str(root)
+
+
+@pytest.mark.torch
+def test_string_classes_are_predicted_as_strings(spark, species, tmp_path):
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.feature import IndexToString
+    from pyspark.sql import functions as F
+
+    from sparktrain.train.estimator import TorchEstimator
+    from sparktrain.train.evaluate import evaluate_model, mllib_baseline
+    from sparktrain.train.model import TorchModel
+
+    est = TorchEstimator(numWorkers=2, epochs=4, batchSize=64, learningRate=0.02, labelCol="kind",
+                         store=str(tmp_path / "store"))
+    est.show_progress = False
+    model = est.fit(species)
+    assert model.inputs.task == "multiclass" and model.inputs.num_classes == 3
+    assert model.labels == model.getLabels() == ["adder", "boa", "cobra"]
+    test = spark.read.parquet(f"{species}/test")
+    scored = model.transform(test)
+    assert dict(scored.dtypes)["prediction"] == "string"
+    truth = IndexToString(inputCol="kind", outputCol="kind_name", labels=model.labels).transform(scored)
+    acc = truth.selectExpr("avg(cast(prediction = kind_name as double))").first()[0]
+    assert acc > 0.85
+    # probability is in vocabulary order: its argmax names the predicted class
+    row = scored.select("prediction", "probability").first()
+    assert model.labels[max(range(3), key=lambda i: row.probability[i])] == row.prediction
+    # the test metrics (on the indexed split) and the multinomial MLlib baseline
+    metrics = evaluate_model(model, test).metrics
+    assert metrics["test_accuracy"] == pytest.approx(acc, abs=1e-9)
+    base = mllib_baseline(spark, species, model.inputs, "kind").metrics
+    assert set(base) == {"test_accuracy"} and base["test_accuracy"] > 0.8
+    # saved and loaded, the vocabulary travels with the model
+    path = str(tmp_path / "m")
+    model.save(path)
+    loaded = TorchModel.load(path)
+    assert loaded.labels == model.labels
+    again = loaded.transform(test).agg(F.count_if(F.col("prediction") == "cobra")).first()[0]
+    assert again == scored.agg(F.count_if(F.col("prediction") == "cobra")).first()[0]
+    assert MulticlassClassificationEvaluator(labelCol="kind", metricName="accuracy").evaluate(
+        model._score(test, decode=False)) == pytest.approx(acc, abs=1e-9)
+
+
+@pytest.mark.torch
+def test_regression_metrics_and_linear_baseline(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+    from sparktrain.train.estimator import TorchEstimator
+    from sparktrain.train.evaluate import evaluate_model, mllib_baseline
+
+    root = tmp_path / "reg"
+    df = spark.range(3000).select(F.rand(1).cast("float").alias("a"), F.rand(2).cast("float").alias("b"))
+    df = df.withColumn("y", (F.col("a") * 3 - F.col("b") + F.randn(3) * 0.05).cast("double"))
+    write_parquet(df.where("a < 0.9"), str(root / "train"))
+    write_parquet(df.where("a >= 0.9"), str(root / "test"))
+    est = TorchEstimator(numWorkers=1, epochs=6, batchSize=64, learningRate=0.01, labelCol="y",
+                         store=str(tmp_path / "store"))
+    est.show_progress = False
+    model = est.fit(str(root))
+    assert model.inputs.task == "regression" and model.labels == []
+    test = spark.read.parquet(str(root / "test"))
+    metrics = evaluate_model(model, test).metrics
+    base = mllib_baseline(spark, str(root), model.inputs, "y").metrics
+    assert set(metrics) == set(base) == {"test_rmse", "test_r2"}
+    assert base["test_r2"] > 0.5 and metrics["test_rmse"] < 0.5
+    assert dict(model.transform(test).dtypes)["prediction"] == "double"
