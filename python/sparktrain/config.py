@@ -118,6 +118,13 @@ class TrainConfig:
     use_gpu: bool = False
     validation_fraction: float = 0.1
     log_every_steps: int = 50
+    checkpoint_every_steps: Optional[int] = None
+    checkpoint_every_s: Optional[float] = 30.0
+    keep_checkpoints: int = 2
+    stall_timeout_s: float = 600.0
+    elastic: bool = False
+    min_workers: Optional[int] = None
+    elastic_batch: Literal["global", "per_rank"] = "global"
     compare_baseline: bool = True
 
     def __post_init__(self) -> None:
@@ -131,6 +138,19 @@ class TrainConfig:
         require(0.0 <= self.validation_fraction < 1.0, "train.validation_fraction", self.validation_fraction,
                 "must be in [0, 1): the share of a DataFrame input held out for validation")
         require(self.log_every_steps >= 1, "train.log_every_steps", self.log_every_steps, "must be >= 1")
+        if self.checkpoint_every_steps is not None:
+            require(self.checkpoint_every_steps >= 1, "train.checkpoint_every_steps", self.checkpoint_every_steps,
+                    "must be >= 1 (steps between mid-epoch checkpoints), or null for none")
+        if self.checkpoint_every_s is not None:
+            require(self.checkpoint_every_s > 0, "train.checkpoint_every_s", self.checkpoint_every_s,
+                    "must be > 0 seconds, or null for none")
+        require(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints,
+                "must be >= 1 (the newest checkpoints kept, besides the best)")
+        require(self.stall_timeout_s > 0, "train.stall_timeout_s", self.stall_timeout_s,
+                "must be > 0 seconds (e.g. 600): how long a rank may make no progress")
+        if self.min_workers is not None:
+            require(1 <= self.min_workers <= self.num_workers, "train.min_workers", self.min_workers,
+                    f"must be in [1, num_workers = {self.num_workers}]")
         if self.framework == "keras":
             require(self.backend in ("auto", "mwms"), "train.backend", self.backend,
                     "Keras trains under MultiWorkerMirroredStrategy ('mwms'); Horovod with Keras 3 does "

@@ -48,7 +48,11 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  logEverySteps: Optional[int] = None, seed: Optional[int] = None,
                  labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                  categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
-                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None) -> None:
+                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
+                 checkpointEverySteps: Optional[int] = None, checkpointEverySeconds: Optional[float] = None,
+                 keepCheckpoints: Optional[int] = None, stallTimeout: Optional[float] = None,
+                 elastic: Optional[bool] = None, minWorkers: Optional[int] = None,
+                 elasticBatch: Optional[str] = None) -> None:
         super().__init__()
         self.callbacks: List[TrainingCallback] = []
         self.show_progress = True
@@ -68,8 +72,11 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                   logEverySteps: Optional[int] = None, seed: Optional[int] = None,
                   labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                   categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
-                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None
-                  ) -> "_DistributedEstimator":
+                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
+                  checkpointEverySteps: Optional[int] = None, checkpointEverySeconds: Optional[float] = None,
+                  keepCheckpoints: Optional[int] = None, stallTimeout: Optional[float] = None,
+                  elastic: Optional[bool] = None, minWorkers: Optional[int] = None,
+                  elasticBatch: Optional[str] = None) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
         return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
@@ -139,6 +146,27 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
     def setProbabilityCol(self, value: str) -> "_DistributedEstimator":
         return self._set(probabilityCol=value)
+
+    def setCheckpointEverySteps(self, value: int) -> "_DistributedEstimator":
+        return self._set(checkpointEverySteps=value)
+
+    def setCheckpointEverySeconds(self, value: float) -> "_DistributedEstimator":
+        return self._set(checkpointEverySeconds=value)
+
+    def setKeepCheckpoints(self, value: int) -> "_DistributedEstimator":
+        return self._set(keepCheckpoints=value)
+
+    def setStallTimeout(self, value: float) -> "_DistributedEstimator":
+        return self._set(stallTimeout=value)
+
+    def setElastic(self, value: bool) -> "_DistributedEstimator":
+        return self._set(elastic=value)
+
+    def setMinWorkers(self, value: int) -> "_DistributedEstimator":
+        return self._set(minWorkers=value)
+
+    def setElasticBatch(self, value: str) -> "_DistributedEstimator":
+        return self._set(elasticBatch=value)
 
     def setCallbacks(self, callbacks: Sequence[TrainingCallback]) -> "_DistributedEstimator":
         """Objects with ``on_step``/``on_epoch`` that receive live metrics (not persisted)."""
@@ -288,7 +316,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             model_factory=pickled(self._model_factory), loss_factory=pickled(self._loss_factory),
             optimizer_factory=pickled(self._optimizer_factory),
             env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")},
-            python=sys.executable)
+            python=sys.executable, checkpoint_every_steps=self.getCheckpointEverySteps(),
+            checkpoint_every_s=self.getCheckpointEverySeconds(), keep_checkpoints=self.getKeepCheckpoints(),
+            elastic_batch=self.getElasticBatch(), stall_timeout_s=self.getStallTimeout())
 
     def _dataframe_input(self, df: Any, store: str, run_id: str, stored: Optional[Dict[str, Any]]
                          ) -> Tuple[str, Optional[str], Dict[str, Any]]:

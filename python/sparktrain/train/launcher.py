@@ -87,8 +87,13 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
             server.close()
     by_rank = {r["rank"]: r for r in rows}
     rank0 = by_rank[0]
+    from sparktrain.train._executor.checkpoint import Checkpointer
+    model_bytes, written = Checkpointer(spec.store, spec.run_id).read_model()  # rank 0 wrote it to the store
+    if written.get("launch") != spec.launch_id:
+        raise TrainingError(f"the model in the store of run {spec.run_id} was not written by this fit "
+                            f"(launch {written.get('launch')!r}, expected {spec.launch_id!r})", rank=0, host=None)
     return LaunchResult(
-        history=json.loads(rank0["history"]), model_bytes=bytes(rank0["model"]),
+        history=json.loads(rank0["history"]), model_bytes=model_bytes,
         param_digests={k: v["param_digest"] for k, v in by_rank.items()},
         attempts=max(r["attempt"] for r in rows) + 1, seconds=time.perf_counter() - t0,
         first_step_s=(first.t - t0) if first.t else None, hosts={k: v["host"] for k, v in by_rank.items()})

@@ -7,7 +7,7 @@ Params take their defaults from a default ``TrainConfig``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import HasLabelCol, HasPredictionCol, HasProbabilityCol, HasSeed
@@ -22,6 +22,9 @@ PARAM_FIELDS: Dict[str, str] = {
     "dropout": "dropout", "task": "task", "backend": "backend", "store": "store",
     "shuffleBuffer": "shuffle_buffer", "validationFraction": "validation_fraction", "useGpu": "use_gpu",
     "logEverySteps": "log_every_steps", "seed": "seed",
+    "checkpointEverySteps": "checkpoint_every_steps", "checkpointEverySeconds": "checkpoint_every_s",
+    "keepCheckpoints": "keep_checkpoints", "stallTimeout": "stall_timeout_s", "elastic": "elastic",
+    "minWorkers": "min_workers", "elasticBatch": "elastic_batch",
 }
 
 
@@ -146,6 +149,29 @@ class _DistributedParams(_ModelParams, HasSeed):
                                   TypeConverters.toBoolean)
     logEverySteps: "Param[int]" = Param(Params._dummy(), "logEverySteps", "periodic metrics interval",
                                         _positive_int("logEverySteps"))
+    checkpointEverySteps: "Param[int]" = Param(
+        Params._dummy(), "checkpointEverySteps", "mid-epoch checkpoint every N steps (None: by time only)",
+        _positive_int("checkpointEverySteps"))
+    checkpointEverySeconds: "Param[float]" = Param(
+        Params._dummy(), "checkpointEverySeconds",
+        "mid-epoch checkpoint when this many seconds passed since the last one (None: by steps only)",
+        _positive_float("checkpointEverySeconds"))
+    keepCheckpoints: "Param[int]" = Param(Params._dummy(), "keepCheckpoints",
+                                          "newest checkpoints kept in the store (the best epoch's is kept too)",
+                                          _positive_int("keepCheckpoints"))
+    stallTimeout: "Param[float]" = Param(
+        Params._dummy(), "stallTimeout", "seconds a rank may make no progress before the fit fails naming it",
+        _positive_float("stallTimeout"))
+    elastic: "Param[bool]" = Param(Params._dummy(), "elastic",
+                                   "after a failure, continue on fewer workers (>= minWorkers) if fewer slots "
+                                   "are free", TypeConverters.toBoolean)
+    minWorkers: "Param[int]" = Param(Params._dummy(), "minWorkers", "fewest workers an elastic run continues on",
+                                     _positive_int("minWorkers"))
+    elasticBatch: "Param[str]" = Param(
+        Params._dummy(), "elasticBatch",
+        "on a world-size change: 'global' keeps the global batch (per-rank batch = global / workers, same "
+        "learning rate); 'per_rank' keeps batchSize and scales the learning rate with the global batch",
+        _one_of("elasticBatch", ["global", "per_rank"]))
     excludeCols: "Param[List[str]]" = Param(
         Params._dummy(), "excludeCols",
         "columns never used as inputs when they are inferred (ids, keys, leaky columns); a dataset's "
@@ -210,6 +236,34 @@ class _DistributedParams(_ModelParams, HasSeed):
     def getLogEverySteps(self) -> int:
         """Periodic metrics interval in steps."""
         return self.getOrDefault(self.logEverySteps)
+
+    def getCheckpointEverySteps(self) -> Optional[int]:
+        """Steps between mid-epoch checkpoints (None: by time only)."""
+        return self.getOrDefault(self.checkpointEverySteps)
+
+    def getCheckpointEverySeconds(self) -> Optional[float]:
+        """Seconds between mid-epoch checkpoints (None: by steps only)."""
+        return self.getOrDefault(self.checkpointEverySeconds)
+
+    def getKeepCheckpoints(self) -> int:
+        """Newest checkpoints kept."""
+        return self.getOrDefault(self.keepCheckpoints)
+
+    def getStallTimeout(self) -> float:
+        """Seconds a rank may make no progress."""
+        return self.getOrDefault(self.stallTimeout)
+
+    def getElastic(self) -> bool:
+        """Whether a failed run may continue on fewer workers."""
+        return self.getOrDefault(self.elastic)
+
+    def getMinWorkers(self) -> Optional[int]:
+        """Fewest workers an elastic run continues on (None: numWorkers)."""
+        return self.getOrDefault(self.minWorkers)
+
+    def getElasticBatch(self) -> str:
+        """``global`` or ``per_rank``."""
+        return self.getOrDefault(self.elasticBatch)
 
     def getExcludeCols(self) -> List[str]:
         """Columns never used as inferred inputs."""

@@ -2,10 +2,13 @@
 
 Layout under ``<store>/<run_id>/``::
 
-    checkpoints/epoch-0001.ckpt   one file per finished epoch (bytes from the framework)
+    checkpoints/ckpt-000007.ckpt  checkpoints, numbered; the newest keep_checkpoints and the best stay
+    checkpoints/best.json         which checkpoint had the best monitored metric
     checkpoints/log.jsonl         append-only event log (epoch started / finished / resumed)
     failures/                     one JSON file per failed rank and attempt
     run.json                      the run's fingerprint (written by the driver, sparktrain.train.plan)
+    model/network/model.bin       the trained network, written by rank 0 (the driver reads it from here)
+    model/network/spec.json
 
 Writes are atomic (temporary name, then a rename), so a worker killed halfway
 never leaves a checkpoint that looks complete.  Only rank 0 writes.
@@ -20,7 +23,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-_CKPT = re.compile(r"epoch-(\d+)\.ckpt$")
+_CKPT = re.compile(r"ckpt-(\d+)\.ckpt$")
 
 
 class Store:
@@ -83,20 +86,50 @@ class Checkpointer:
     def _rel(self, *parts: str) -> str:
         return "/".join([self.run_id, *parts])
 
-    def latest(self) -> Optional[Tuple[int, str]]:
-        """``(epoch, relative path)`` of the newest finished epoch, or None."""
+    def checkpoints(self) -> List[Tuple[int, str]]:
+        """``[(sequence number, relative path)]`` of the complete checkpoints, oldest first."""
         found = []
         for name in self.store.listdir(self._rel("checkpoints")):
-            m = _CKPT.match(name)
+            m = _CKPT.match(name)  # a half-written checkpoint is a '.tmp-*' file: never listed
             if m:
                 found.append((int(m.group(1)), self._rel("checkpoints", name)))
-        return max(found) if found else None
+        return sorted(found)
 
-    def save(self, epoch: int, payload: bytes) -> None:
-        self.store.write_bytes(self._rel("checkpoints", f"epoch-{epoch:04d}.ckpt"), payload)
+    def latest(self) -> Optional[Tuple[int, str]]:
+        """``(sequence number, relative path)`` of the newest complete checkpoint, or None."""
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def save(self, seq: int, payload: bytes) -> str:
+        """Write checkpoint ``seq`` atomically (temporary file, then a rename); returns its relative path."""
+        rel = self._rel("checkpoints", f"ckpt-{seq:06d}.ckpt")
+        self.store.write_bytes(rel, payload)
+        return rel
 
     def load(self, rel: str) -> bytes:
         return self.store.read_bytes(rel)
+
+    def prune(self, keep: int, best: Optional[int]) -> List[int]:
+        """Delete all but the newest ``keep`` checkpoints and ``best``; returns the deleted sequence numbers."""
+        found = self.checkpoints()
+        doomed = [(seq, rel) for seq, rel in found[:-keep] if seq != best] if keep > 0 else []
+        for _, rel in doomed:
+            try:
+                self.store.fs.delete_file(self.store.path(rel))
+            except OSError:  # another attempt may have pruned it already
+                pass
+        return [seq for seq, _ in doomed]
+
+    def write_model(self, model_bytes: bytes, spec: Dict[str, Any]) -> str:
+        """The trained network in the store, ``<run>/model/network/`` (what the driver reads back)."""
+        self.store.write_bytes(self._rel("model", "network", "model.bin"), model_bytes)
+        self.store.write_bytes(self._rel("model", "network", "spec.json"), json.dumps(spec, indent=1).encode())
+        return self.store.path(self._rel("model"))
+
+    def read_model(self) -> Tuple[bytes, Dict[str, Any]]:
+        """``(network bytes, spec)`` written by :meth:`write_model`."""
+        return (self.store.read_bytes(self._rel("model", "network", "model.bin")),
+                json.loads(self.store.read_bytes(self._rel("model", "network", "spec.json"))))
 
     def log_event(self, event: str, **fields: Any) -> None:
         line = json.dumps({"event": event, "time": time.time(), "launch": self.launch_id, **fields}, default=str)

@@ -11,7 +11,6 @@ import hashlib
 import io
 import os
 import pickle
-import random
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ from sparktrain.train._executor import metrics as M
 from sparktrain.train._executor.batches import epoch_batches
 from sparktrain.train._executor.checkpoint import Checkpointer
 from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
+from sparktrain.train._executor.epochs import Layer, dummy_row
+from sparktrain.train._executor.loop import Loop
 from sparktrain.train._executor.keras_model import build_default_model, make_loss, to_prediction_np
 from sparktrain.train._executor.reporter import Reporter
 from sparktrain.train._executor.spec import WorkerSpec
@@ -55,11 +56,10 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     if spec.loss_factory:
         import cloudpickle
         loss_obj = cloudpickle.loads(spec.loss_factory)()
-    global_batch = spec.batch_size * ctx.world_size
     n_cat = len(inputs.categorical)
     y_dtype = tf.int64 if inputs.task == "multiclass" else tf.float32
     sig = (tf.TensorSpec([None, len(inputs.numeric)], tf.float32), tf.TensorSpec([None, n_cat], tf.int64),
-           tf.TensorSpec([None], y_dtype))
+           tf.TensorSpec([None], y_dtype), tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32))
 
     def forward(x_num, x_cat, training):
         return model([x_num, *[x_cat[:, i:i + 1] for i in range(n_cat)]], training=training)
@@ -70,15 +70,16 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
         return loss_obj(tf.reshape(y, [-1, 1]), logits)
 
     @tf.function(input_signature=sig)
-    def train_step(x_num, x_cat, y):
-        def step_fn(x_num, x_cat, y):
+    def train_step(x_num, x_cat, y, weight, global_batch):
+        def step_fn(x_num, x_cat, y, weight, global_batch):
             with tf.GradientTape() as tape:
                 logits = forward(x_num, x_cat, True)
-                loss = tf.nn.compute_average_loss(per_example_loss(y, logits), global_batch_size=global_batch)
+                per = per_example_loss(y, logits) * weight
+                loss = tf.reduce_sum(per) / global_batch
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return tf.reduce_sum(per_example_loss(y, logits)), logits
-        return strategy.run(step_fn, args=(x_num, x_cat, y))
+            return tf.reduce_sum(per), logits
+        return strategy.run(step_fn, args=(x_num, x_cat, y, weight, global_batch))
 
     @tf.function
     def allreduce(vec):
@@ -88,37 +89,46 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     def allreduce_np(vec: np.ndarray) -> np.ndarray:
         return allreduce(tf.constant(vec, dtype=tf.float64)).numpy()
 
-    start_epoch, history = 0, []
-    latest = ctx.checkpointer.latest()
-    if latest is not None:
-        state = pickle.loads(ctx.checkpointer.load(latest[1]))
+    loop = Loop(spec, ctx, allreduce_np)
+    history = loop.resume.history
+    if loop.resume.state is not None:
+        state = pickle.loads(loop.resume.state)
         model.set_weights(state["weights"])
         for var, value in zip(optimizer.variables, state["optimizer"]):
             var.assign(value)
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
-        start_epoch, history = state["epoch"] + 1, state["history"]
-    if ctx.rank == 0:
-        ctx.checkpointer.log_event("resumed" if latest else "started", from_epoch=start_epoch,
-                                   attempt=ctx.attempt, world_size=ctx.world_size)
+    if loop.learning_rate != spec.learning_rate:  # an elastic resume with elasticBatch='per_rank'
+        optimizer.learning_rate.assign(loop.learning_rate)
 
-    for epoch in range(start_epoch, spec.epochs):
+    def state_bytes() -> bytes:
+        return pickle.dumps({"weights": model.get_weights(), "optimizer": [v.numpy() for v in optimizer.variables]})
+
+    for epoch in range(loop.resume.epoch, spec.epochs):
+        layers = loop.epoch_layers(epoch)
+        global_batch = tf.constant(float(loop.batch * ctx.world_size), tf.float32)
         if ctx.rank == 0:
-            ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt)
+            ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
         t0 = time.perf_counter()
-        steps, batches = epoch_batches(spec.train_path, inputs, spec.batch_size, ctx.rank, ctx.world_size,
-                                       epoch, spec.seed, shuffle=True, shuffle_buffer=spec.shuffle_buffer)
-        state_vec = M.new_state(inputs.task)
-        for step, (x_num, x_cat, y) in enumerate(batches):
-            maybe_inject_fault(ctx, epoch, step)
-            loss_sum, logits = train_step(x_num, x_cat, y)
-            pred = to_prediction_np(np.asarray(logits), inputs.task)
-            M.update(state_vec, inputs.task, float(loss_sum), y, pred)
-            if (step + 1) % spec.log_every_steps == 0 and ctx.rank == 0:
-                elapsed = time.perf_counter() - t0
-                ctx.reporter.send("step", epoch=epoch, step=step + 1, steps=steps,
-                                  metrics={"loss": state_vec[0] / max(state_vec[1], 1),
-                                           "samples_per_s": (step + 1) * global_batch / max(elapsed, 1e-9)})
+        steps, first, batches = loop.batches(epoch, layers)
+        state_vec = loop.start_state(epoch, inputs.task)
+        window = np.zeros(2)
+        for k, ((x_num, x_cat, y), ids) in enumerate(batches):
+            done = first + k + 1
+            maybe_inject_fault(ctx, epoch, first + k)
+            weight = 1.0
+            if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps ranks in step
+                x_num, x_cat, y = dummy_row(x_num, x_cat, y)
+                weight = 0.0
+            loss_sum, logits = train_step(x_num, x_cat, y, tf.constant(weight, tf.float32), global_batch)
+            if weight:
+                pred = to_prediction_np(np.asarray(logits), inputs.task)
+                M.update(state_vec, inputs.task, float(loss_sum), y, pred)
+                window += (float(loss_sum), len(y))
+            reduced, due = loop.after_step(epoch, done, steps, window, t0, ids, k + 1)
+            if reduced is not None:
+                window[:] = 0
+            if due:
+                now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
+                loop.checkpoint(epoch, now, state_vec, history, state_bytes)
         train_time = time.perf_counter() - t0
         metrics = M.finalize(allreduce_np(state_vec), inputs.task, prefix="train_")
         if spec.val_path:
@@ -130,18 +140,15 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
                 per = np.asarray(per_example_loss(y, logits))
                 M.update(val, inputs.task, float(per.sum()), y, to_prediction_np(logits, inputs.task))
             metrics.update(M.finalize(allreduce_np(val), inputs.task, prefix="val_"))
-        metrics["samples_per_s"] = steps * global_batch / max(train_time, 1e-9)
+        metrics["samples_per_s"] = (steps - first) * loop.batch * ctx.world_size / max(train_time, 1e-9)
         metrics["epoch_time_s"] = time.perf_counter() - t0
         history.append({"epoch": epoch, **metrics})
+        loop.checkpoint(epoch + 1, [], None, history, state_bytes, metrics=metrics)
         if ctx.rank == 0:
-            payload = pickle.dumps({"epoch": epoch, "weights": model.get_weights(),
-                                    "optimizer": [v.numpy() for v in optimizer.variables],
-                                    "rng": {"numpy": np.random.get_state(), "python": random.getstate()},
-                                    "cursor": {"epoch": epoch + 1, "batch_index": 0}, "history": history})
-            ctx.checkpointer.save(epoch, payload)
             ctx.checkpointer.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
             ctx.reporter.send("epoch", epoch=epoch, epochs=spec.epochs, metrics=metrics)
         allreduce_np(np.zeros(1))  # barrier: nobody starts the next epoch before the checkpoint exists
+    loop.close()
 
     h = hashlib.sha256()
     for w in model.get_weights():

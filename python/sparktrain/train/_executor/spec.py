@@ -92,3 +92,8 @@ class WorkerSpec:
     python: Optional[str] = None               # interpreter for subprocess workers (Keras)
     launch_id: str = ""                        # one fit() call (its Spark retries share it)
     max_attempts: int = 1                      # launches allowed (spark.task.maxFailures / local[N,F])
+    checkpoint_every_steps: Optional[int] = None   # mid-epoch checkpoint every N steps (None: off)
+    checkpoint_every_s: Optional[float] = 30.0     # ... or when this long passed (checked at log steps)
+    keep_checkpoints: int = 2                  # newest checkpoints kept (plus the best epoch)
+    elastic_batch: str = "global"              # on a world-size change: keep the global batch, or "per_rank"
+    stall_timeout_s: float = 600.0             # collectives' timeout; the driver's watchdog uses it too

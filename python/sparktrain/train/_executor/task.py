@@ -85,6 +85,10 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 reporter=reporter, local_rank=same_host.index(rank), local_size=len(same_host),
                 listen_sock=listen, gpu_addresses=list(resources["gpu"].addresses) if "gpu" in resources else [])
             result = _train(spec, ctx, peers)
+            if rank == 0:  # the model goes to the store, never through the stage's result (maxResultSize)
+                checkpointer.write_model(result.pop("model_bytes"), {
+                    "framework": spec.framework, "inputs": spec.inputs.to_dict(), "launch": spec.launch_id,
+                    "history": result.get("history", [])})
         except BaseException as exc:  # noqa: BLE001 - re-raised with context below
             tb = traceback.format_exc()
             detail = getattr(exc, "remote_traceback", None) or tb
@@ -104,7 +108,7 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 listen.close()
         yield pa.RecordBatch.from_pylist([{
             "rank": rank, "host": host, "attempt": attempt,
-            "history": json.dumps(result.get("history", [])), "model": result.get("model_bytes"),
+            "history": json.dumps(result.get("history", [])), "model": None,
             "param_digest": result.get("param_digest", "")}],
             schema=pa.schema([("rank", pa.int32()), ("host", pa.string()), ("attempt", pa.int32()),
                               ("history", pa.string()), ("model", pa.binary()), ("param_digest", pa.string())]))

@@ -17,6 +17,8 @@ import numpy as np
 from sparktrain.train._executor import metrics as M
 from sparktrain.train._executor.batches import epoch_batches
 from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
+from sparktrain.train._executor.epochs import Layer, dummy_row
+from sparktrain.train._executor.loop import Loop
 from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
 
 
@@ -78,18 +80,6 @@ def to_prediction(logits, task: str):
     return logits.reshape(-1)
 
 
-def _rng_state() -> Dict[str, Any]:
-    import torch
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(state: Dict[str, Any]) -> None:
-    import torch
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-
-
 class _Collectives:
     """The few collectives the loop needs, for DDP or Horovod.
 
@@ -126,7 +116,7 @@ class _Collectives:
 
 
 def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
-    """Train on this rank's shards; rank 0 returns the exported model bytes."""
+    """Train on this rank's shards; rank 0 writes the exported model to the store."""
     import torch
 
     torch.set_num_threads(max(1, int(os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
@@ -137,68 +127,70 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     np.random.seed(spec.seed)
     random.seed(spec.seed)
     inputs = spec.inputs
+    loop = Loop(spec, ctx, coll.allreduce_sum)
     model = make_model(inputs, spec.model, spec.model_factory).to(device)
-    optimizer = _make_optimizer(spec, model)
+    optimizer = _make_optimizer(spec, model, loop.learning_rate)
     loss_fn = make_loss(inputs.task, spec.loss_factory)
-
-    start_epoch, history = 0, []
-    latest = ctx.checkpointer.latest()
-    if latest is not None:
-        state = torch.load(io.BytesIO(ctx.checkpointer.load(latest[1])), map_location=device, weights_only=False)
+    history = loop.resume.history
+    if loop.resume.state is not None:
+        state = torch.load(io.BytesIO(loop.resume.state), map_location=device, weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        _set_rng_state(state["rng"])
-        start_epoch, history = state["epoch"] + 1, state["history"]
-    if ctx.rank == 0:
-        ctx.checkpointer.log_event("resumed" if latest else "started", from_epoch=start_epoch,
-                                   attempt=ctx.attempt, world_size=ctx.world_size)
+        for group in optimizer.param_groups:  # an elastic resume may scale the learning rate
+            group["lr"] = loop.learning_rate
+        torch.set_rng_state(state["torch_rng"])
+
+    def state_bytes() -> bytes:
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "torch_rng": torch.get_rng_state()}, buf)
+        return buf.getvalue()
 
     net = _wrap(spec, ctx, model, optimizer, device)
-    for epoch in range(start_epoch, spec.epochs):
+    for epoch in range(loop.resume.epoch, spec.epochs):
+        layers = loop.epoch_layers(epoch)
         if ctx.rank == 0:
-            ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt)
+            ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
         t0 = time.perf_counter()
-        steps, batches = epoch_batches(spec.train_path, inputs, spec.batch_size, ctx.rank, ctx.world_size,
-                                       epoch, spec.seed, shuffle=True, shuffle_buffer=spec.shuffle_buffer)
+        steps, first, batches = loop.batches(epoch, layers)
         net.train()
-        train_state = M.new_state(inputs.task)
+        train_state = loop.start_state(epoch, inputs.task)
         window = np.zeros(2)
-        for step, (x_num, x_cat, y) in enumerate(batches):
-            maybe_inject_fault(ctx, epoch, step)
+        for k, ((x_num, x_cat, y), ids) in enumerate(batches):
+            done = first + k + 1
+            maybe_inject_fault(ctx, epoch, first + k)
+            weight = 1.0
+            if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps DDP in step
+                x_num, x_cat, y = dummy_row(x_num, x_cat, y)
+                weight = 0.0
             xn, xc = torch.from_numpy(x_num).to(device), torch.from_numpy(x_cat).to(device)
             yt = torch.from_numpy(y).to(device)
             logits = net(xn, xc)
-            loss = loss_fn(logits, yt)
+            loss = loss_fn(logits, yt) * weight
             optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no argument
             loss.backward()
             optimizer.step()
-            with torch.no_grad():
-                pred = to_prediction(logits, inputs.task).cpu().numpy()
-            batch_loss = float(loss.detach()) * len(y)
-            M.update(train_state, inputs.task, batch_loss, y, pred)
-            window += (batch_loss, len(y))
-            if (step + 1) % spec.log_every_steps == 0:
-                w = coll.allreduce_sum(window)
-                elapsed = time.perf_counter() - t0
-                if ctx.rank == 0:
-                    ctx.reporter.send("step", epoch=epoch, step=step + 1, steps=steps,
-                                      metrics={"loss": w[0] / max(w[1], 1),
-                                               "samples_per_s": (step + 1) * spec.batch_size * ctx.world_size
-                                               / max(elapsed, 1e-9)})
+            if weight:
+                with torch.no_grad():
+                    pred = to_prediction(logits, inputs.task).cpu().numpy()
+                batch_loss = float(loss.detach()) * len(y)
+                M.update(train_state, inputs.task, batch_loss, y, pred)
+                window += (batch_loss, len(y))
+            reduced, due = loop.after_step(epoch, done, steps, window, t0, ids, k + 1)
+            if reduced is not None:
                 window[:] = 0
+            if due:
+                now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
+                loop.checkpoint(epoch, now, train_state, history, state_bytes)
         train_time = time.perf_counter() - t0
         metrics = M.finalize(coll.allreduce_sum(train_state), inputs.task, prefix="train_")
         if spec.val_path:
             metrics.update(evaluate(spec.val_path, net, inputs, spec, ctx, coll, device, prefix="val_"))
-        metrics["samples_per_s"] = steps * spec.batch_size * ctx.world_size / max(train_time, 1e-9)
+        metrics["samples_per_s"] = (steps - first) * loop.batch * ctx.world_size / max(train_time, 1e-9)
         metrics["epoch_time_s"] = time.perf_counter() - t0
         history.append({"epoch": epoch, **metrics})
+        loop.checkpoint(epoch + 1, [], None, history, state_bytes, metrics=metrics)
         if ctx.rank == 0:
-            payload = io.BytesIO()
-            torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "rng": _rng_state(), "cursor": {"epoch": epoch + 1, "batch_index": 0},
-                        "history": history}, payload)
-            ctx.checkpointer.save(epoch, payload.getvalue())
             ctx.checkpointer.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
             ctx.reporter.send("epoch", epoch=epoch, epochs=spec.epochs, metrics=metrics)
         _barrier(spec, ctx)
@@ -207,6 +199,7 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     if ctx.rank == 0:
         result["model_bytes"] = export_model(model, spec)
     result["param_digest"] = _param_digest(model)
+    loop.close()
     _shutdown(spec, ctx)
     del net  # DDP's reducer owns the process group: it is destroyed here, while coll's buffers are still alive
     del coll
@@ -267,9 +260,14 @@ def _init_process_group(spec: WorkerSpec, ctx: WorkerContext) -> None:
         return
     if ctx.world_size == 1:
         return
+    from datetime import timedelta
+
     import torch.distributed as dist
     backend = "nccl" if spec.use_gpu and _cuda() else "gloo"
-    dist.init_process_group(backend, store=ctx.make_store(), rank=ctx.rank, world_size=ctx.world_size)
+    # A rank that stops making progress fails its peers' collectives after stall_timeout_s (gloo's default
+    # is 30 min); the driver's watchdog (sparktrain.train.watchdog) reports which rank stalled.
+    dist.init_process_group(backend, store=ctx.make_store(), rank=ctx.rank, world_size=ctx.world_size,
+                            timeout=timedelta(seconds=spec.stall_timeout_s))
 
 
 def _cuda() -> bool:
@@ -277,13 +275,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _make_optimizer(spec: WorkerSpec, model):
+def _make_optimizer(spec: WorkerSpec, model, learning_rate: float):
     import torch
     if spec.optimizer_factory:
         import cloudpickle
-        opt = cloudpickle.loads(spec.optimizer_factory)(model.parameters(), spec.learning_rate)
+        opt = cloudpickle.loads(spec.optimizer_factory)(model.parameters(), learning_rate)
     else:
-        opt = torch.optim.Adam(model.parameters(), lr=spec.learning_rate)
+        opt = torch.optim.Adam(model.parameters(), lr=learning_rate)
     if spec.backend == "horovod":
         import horovod.torch as hvd
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
