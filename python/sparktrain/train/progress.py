@@ -15,7 +15,7 @@ import secrets
 import socket
 import sys
 import threading
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class ProgressServer:
         self.host = host
         self.token = secrets.token_hex(8)
         self.callbacks = list(callbacks)
+        self.listeners: List[Callable[[Dict[str, Any]], None]] = []  # see every event (the stall watchdog)
         self.errors: List[Dict[str, Any]] = []
         self.epochs_seen: Dict[int, Dict[str, float]] = {}
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
@@ -79,6 +80,16 @@ class ProgressServer:
 
     def _handle(self, event: Dict[str, Any]) -> None:
         kind = event.get("type")
+        for listener in self.listeners:
+            _safe(listener, event)
+        if kind == "world_size":
+            log.info("world size %s -> %s at epoch %s step %s (per-rank batch %s)", event.get("old"),
+                     event.get("new"), event.get("epoch"), event.get("step"), event.get("batch_size"))
+            for cb in self.callbacks:
+                hook = getattr(cb, "on_world_size", None)
+                if hook is not None:
+                    _safe(hook, event["epoch"], event["step"], event["old"], event["new"])
+            return
         with self._lock:
             if kind == "error":
                 self.errors.append(event)

@@ -73,8 +73,8 @@ class Loop:
         self.seq = self.resume.seq
         self.best = self.resume.best
         self._last_ckpt = time.monotonic()
-        self._last_beat = 0.0
         self._trace = _Trace.from_env(ctx, spec)
+        self.beat = Heartbeat(ctx.reporter)
         if ctx.rank == 0:
             first = self.resume.state is None
             ctx.checkpointer.log_event("started" if first else "resumed", from_epoch=self.resume.epoch,
@@ -131,9 +131,7 @@ class Loop:
         now = time.monotonic()
         if self._trace:
             self._trace.write(epoch, done, ids)
-        if now - self._last_beat >= HEARTBEAT_S:
-            self.ctx.reporter.send("heartbeat", epoch=epoch, step=done, steps=steps)
-            self._last_beat = now
+        self.beat.progress(epoch, done, steps)
         spec = self.spec
         inside = done < steps
         every = spec.checkpoint_every_steps
@@ -180,8 +178,44 @@ class Loop:
         self._last_ckpt = time.monotonic()
 
     def close(self) -> None:
+        self.beat.close()
         if self._trace:
             self._trace.close()
+
+
+class Heartbeat:
+    """A thread that tells the driver, every second, where this rank is and since when.
+
+    It keeps beating while the training thread is blocked (a stuck data
+    source, a deadlock, a collective waiting for a peer), so the driver's
+    watchdog can tell a rank that stopped making progress (``phase`` other
+    than ``collective``) from the peers waiting for it.
+    """
+
+    def __init__(self, reporter: Any) -> None:
+        import threading
+
+        self.reporter = reporter
+        self.epoch, self.step, self.steps = 0, 0, 0
+        self.phase = "start"
+        self.since = time.time()  # last progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sparktrain-heartbeat", daemon=True)
+        self._thread.start()
+
+    def progress(self, epoch: int, step: int, steps: int) -> None:
+        self.epoch, self.step, self.steps, self.since = epoch, step, steps, time.time()
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self.reporter.send("heartbeat", epoch=self.epoch, step=self.step, steps=self.steps, phase=self.phase,
+                               progress_time=self.since)
+
+    def close(self) -> None:
+        self._stop.set()
 
 
 class _Trace:
