@@ -373,6 +373,9 @@ def _cross_check(cfg: JobConfig) -> None:
     names = [f.name for f in cfg.features]
     if cfg.data.label in names:
         raise ConfigError("data.label", cfg.data.label, "the label cannot also be a feature; remove it from features")
+    if cfg.data.key is not None and cfg.data.key == cfg.data.label:
+        raise ConfigError("data.key", cfg.data.key, "the key cannot also be the label; name the row id column, or "
+                                                    "leave data.key out to split by a hash of all columns")
     if cfg.tune is not None and cfg.train is None:
         raise ConfigError("tune", "...", "tuning needs a train: section to start from")
 
