@@ -137,7 +137,7 @@ def _condition(exc: BaseException) -> Any:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
+    line = (text[0] if text else type(exc).__name__).rstrip(". ")
     return line if len(line) <= 400 else line[:400] + "..."
 
 
