@@ -77,6 +77,18 @@ class LabelSummary:
     stats: Dict[str, Optional[float]] = field(default_factory=dict)
 
 
+def task_override(cfg: Any) -> Optional[str]:
+    """``train.task`` when the config has a ``train:`` section that sets it (not ``auto``), else None."""
+    task = getattr(cfg.train, "task", "auto") if cfg.train is not None else "auto"
+    return None if task == "auto" else task
+
+
+def max_classes_of(cfg: Any) -> int:
+    """``train.max_classes`` (the most classes a label may have), 1000 when the config does not say."""
+    value = getattr(cfg.train, "max_classes", None) if cfg.train is not None else None
+    return int(value) if value is not None else DEFAULT_MAX_CLASSES
+
+
 def label_kind(column: str, spark_type: str) -> str:
     """``"boolean"``, ``"integer"``, ``"float"`` or ``"categorical"`` from the label's Spark ``simpleString``.
 
@@ -240,4 +252,4 @@ def _finite(x: Optional[float]) -> Optional[float]:
 
 
 __all__ = ["DEFAULT_MAX_CLASSES", "LabelEncoding", "LabelSummary", "check_label", "class_kind", "encode_label",
-           "label_kind", "summarize_label"]
+           "label_kind", "max_classes_of", "summarize_label", "task_override"]

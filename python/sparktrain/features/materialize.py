@@ -60,11 +60,12 @@ from sparktrain.features import metadata as md
 from sparktrain.features.compile import compile_pipeline, plan_features, quote, source_columns
 from sparktrain.features.fit import fit_features
 from sparktrain.features.label import (
-    DEFAULT_MAX_CLASSES,
     check_label,
     encode_label,
     label_kind,
+    max_classes_of,
     summarize_label,
+    task_override,
 )
 from sparktrain.features.validate import check_results, check_schema, validation_sql
 
@@ -330,18 +331,6 @@ def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) ->
     return manifests
 
 
-def task_override(cfg: JobConfig) -> Optional[str]:
-    """``train.task`` when the config has a ``train:`` section that sets it (not ``auto``), else None."""
-    task = getattr(cfg.train, "task", "auto") if cfg.train is not None else "auto"
-    return None if task == "auto" else task
-
-
-def max_classes_of(cfg: JobConfig) -> int:
-    """``train.max_classes`` (the most classes a label may have), 1000 when the config does not say."""
-    value = getattr(cfg.train, "max_classes", None) if cfg.train is not None else None
-    return int(value) if value is not None else DEFAULT_MAX_CLASSES
-
-
 def run_preprocess(spark: Any, cfg: JobConfig) -> PreprocessResult:
     """The ``sparktrain preprocess CONFIG`` entry: load ``cfg.data`` and :func:`materialize` it."""
     return materialize(spark, cfg)
@@ -362,6 +351,11 @@ def format_summary(result: PreprocessResult) -> str:
         cats = [f"{c['name']}={c['cardinality']}" for c in meta["columns"] if c["dtype"] == "int32"]
         if cats:
             lines.append(f"  cardinality {', '.join(cats)}")
+        label = meta.get("label") or {}
+        if label:
+            classes = f", {label['num_classes']} classes" if label.get("num_classes") else ""
+            lines.append(f"label         {label['column']} ({label.get('source_dtype')}) -> {label.get('dtype')}, "
+                         f"{label.get('task')}{classes}")
     lines.append(f"features.json {result.features_json}")
     lines.append(f"pipeline      {result.pipeline_model}")
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())
@@ -396,5 +390,4 @@ def _delete_dir(path: str) -> None:
     fs.delete_dir(inner)
 
 
-__all__ = ["SPLITS", "PreprocessResult", "format_summary", "materialize", "max_classes_of", "run_preprocess",
-           "split_expression", "task_override"]
+__all__ = ["SPLITS", "PreprocessResult", "format_summary", "materialize", "run_preprocess", "split_expression"]
