@@ -227,3 +227,9 @@ def test_preprocess_a_csv_with_a_string_label_na_nulls_and_no_key(tmp_path):
     assert sum(t.num_rows for t in tables) == 294
     assert str(tables[0].schema.field("grade").type) == "int32"
     assert sorted(set(v for t in tables for v in t.column("grade").to_pylist())) == [0, 1, 2]
+    rc, out, err = _sparktrain(tmp_path, "profile", tmp_path / "job.yaml", "--master", "local[2]")
+    assert rc == 0, err  # a string label is counted per class, never cast to double
+    assert f"== profile of {tmp_path / 'houses.csv'}" in out
+    assert "label 'grade' (string): 3 classes" in out
+    assert re.search(r"^  fair\s+98 \( 33\.3%\)$", out, re.MULTILINE), out
+    assert re.search(r"^  grade\s+6 nulls \(  2\.0%\)$", out, re.MULTILINE), out
