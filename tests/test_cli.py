@@ -68,8 +68,8 @@ def test_console_script_help(tmp_path):
     assert rc == 0
     assert out.startswith("usage: sparktrain [-h] [--version] [-v] COMMAND ...")
     for text in ["run ", "profile ", "preprocess ", "train ", "tune ", "score ", "mlflow-server",
-                 "examples:", "sparktrain run conf/flights.yaml --set train.epochs=1",
-                 "spark-submit python/sparktrain/__main__.py conf/flights.yaml"]:
+                 "examples:", "sparktrain run conf/job.yaml --set train.epochs=1",
+                 "spark-submit python/sparktrain/__main__.py conf/job.yaml"]:
         assert text in out
 
 
@@ -81,18 +81,18 @@ def test_job_subcommand_help(command, capsys):
     out = capsys.readouterr().out
     usage = " ".join(out.split())  # argparse wraps the usage line at the terminal width
     assert usage.startswith(f"usage: sparktrain {command} [-h] [--master MASTER] [--set KEY.PATH=VALUE] config")
-    assert "job config YAML, e.g. conf/flights.yaml" in out
+    assert "job config YAML, e.g. conf/job.yaml" in out
     assert "ignored when a SparkSession is already" in out
     assert "override a config key, value parsed as YAML" in out
-    assert f"  sparktrain {command} conf/flights.yaml --master local[2] --set data.scale=3" in out
-    assert f"  spark-submit --master local[2] python/sparktrain/__main__.py {command} conf/flights.yaml" in out
+    assert f"  sparktrain {command} conf/job.yaml --master local[2] --set data.label=price" in out
+    assert f"  spark-submit --master local[2] python/sparktrain/__main__.py {command} conf/job.yaml" in out
 
 
 def test_score_and_server_help(capsys):
     with pytest.raises(SystemExit):
         main(["score", "--help"])
     out = capsys.readouterr().out
-    for text in ["--model MODEL", "--input INPUT", "--output OUTPUT", "models:/flights-late@champion",
+    for text in ["--model MODEL", "--input INPUT", "--output OUTPUT", "models:/my-job@champion",
                  "{parquet,csv}"]:
         assert text in out
     with pytest.raises(SystemExit):
@@ -133,7 +133,16 @@ def test_bad_config_exits_1_with_a_clear_message(tmp_path):
 
     rc, _, err = _sparktrain(tmp_path, "profile", tmp_path / "missing.yaml", timeout=60)
     assert rc == 1
-    assert "no such config file; pass a path like conf/flights.yaml" in err
+    assert "no such config file; pass a path like conf/job.yaml" in err
+
+
+def test_a_config_without_input_exits_1_naming_data_source(tmp_path):
+    cfg = tmp_path / "noinput.yaml"
+    cfg.write_text("name: noinput\nfeatures: [{name: price, type: numeric}]\ntracking: {enabled: false}\n")
+    rc, out, err = _sparktrain(tmp_path, "preprocess", cfg, timeout=60)
+    assert (rc, out) == (1, "")
+    assert "error: config key 'data.source' = None: no input data: set data.source to a path" in err
+    assert "Traceback" not in err and "SparkSession ready" not in err  # before any JVM
 
 
 def test_stage_available_when_the_package_is_missing(monkeypatch):
@@ -178,3 +187,49 @@ def test_set_override_changes_the_job(tmp_path):
     assert "== profile of flights (scale 2)" in out.splitlines()
     assert "rows: 654,692" in out.splitlines()  # 2 x 327,346
     assert re.search(r"^  dest_name\s+15,074 nulls \(  2\.3%\)$", out, re.MULTILINE)
+
+
+def test_preprocess_a_csv_with_a_string_label_na_nulls_and_no_key(tmp_path):
+    """Any tabular file through the CLI: `;`-separated, `NA` for missing, a string label, no id column."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    rows = ["city;rooms;price;grade"]
+    for i in range(300):
+        grade = "NA" if i % 50 == 7 else ["good", "fair", "poor"][i % 3]
+        rooms = "NA" if i % 13 == 0 else str(1 + i % 5)
+        rows.append(f"{['Lima', 'Oslo', 'Rome', 'Kyiv'][i % 4]};{rooms};{100.0 + i * 2.5};{grade}")
+    (tmp_path / "houses.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "job.yaml").write_text(
+        "name: houses\n"
+        "data:\n"
+        f"  source: {tmp_path / 'houses.csv'}\n"
+        "  format: csv\n"
+        "  options: {delimiter: ';', nullValue: NA}\n"
+        "  label: grade\n"
+        "features:\n"
+        "  - {name: city, type: categorical}\n"
+        "  - {name: rooms, type: numeric, impute: median}\n"
+        "  - {name: price, type: numeric, log1p: true}\n"
+        "tracking: {enabled: false}\n")
+    rc, out, err = _sparktrain(tmp_path, "preprocess", tmp_path / "job.yaml", "--master", "local[2]")
+    assert rc == 0, err
+    assert "no data.key: a row's split is a hash of its columns city, rooms, price, grade" in err
+    assert "6 of 300 rows have a null label and are dropped" in err
+    root = tmp_path / "work" / "houses" / "dataset"  # output.path follows the job name
+    meta = json.loads((root / "features.json").read_text())
+    assert meta["key"] is None
+    assert {k: meta["label"][k] for k in ("column", "source_dtype", "dtype", "task", "vocabulary", "num_classes")} \
+        == {"column": "grade", "source_dtype": "string", "dtype": "int32", "task": "multiclass",
+            "vocabulary": ["fair", "good", "poor"], "num_classes": 3}
+    tables = [pq.read_table(root / s) for s in ("train", "validation", "test")]
+    assert sum(t.num_rows for t in tables) == 294
+    assert str(tables[0].schema.field("grade").type) == "int32"
+    assert sorted(set(v for t in tables for v in t.column("grade").to_pylist())) == [0, 1, 2]
+    rc, out, err = _sparktrain(tmp_path, "profile", tmp_path / "job.yaml", "--master", "local[2]")
+    assert rc == 0, err  # a string label is counted per class, never cast to double
+    assert f"== profile of {tmp_path / 'houses.csv'}" in out
+    assert "label 'grade' (string): 3 classes" in out
+    assert re.search(r"^  fair\s+98 \( 33\.3%\)$", out, re.MULTILINE), out
+    assert re.search(r"^  grade\s+6 nulls \(  2\.0%\)$", out, re.MULTILINE), out

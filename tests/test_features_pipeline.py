@@ -193,7 +193,7 @@ def test_fitted_values_match_independent_spark_aggregates(raw_train, meta):
     by_col = {c["name"]: c for c in meta["columns"]}
     assert by_col["dep_delay_bucket"]["cardinality"] == len(splits)
     assert by_col["sched_departure_month"]["cardinality"] == 13
-    assert meta["label"] == {"column": LABEL, "source_dtype": "boolean", "dtype": "float32"}
+    assert meta["label"] == {"column": LABEL, "source_dtype": "boolean", "dtype": "float32", "task": "binary"}
     assert meta["task"] == "binary" and meta["key"] == KEY
 
 

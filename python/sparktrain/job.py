@@ -79,6 +79,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         print(f"stages not built yet: {', '.join(missing)} (see the issues tracker)")
         result.skipped.extend(missing)
         wanted = [s for s in wanted if s not in missing]
+    if "profile" in wanted or "preprocess" in wanted:
+        cfg.data.require_input()  # no input set: fail before the tracker and the JVM start
     tracker = None
     if cfg.tracking.enabled:
         from sparktrain.track.tracker import JobTracker
@@ -91,18 +93,22 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
             result.tracking = TrackingSummary(uri=tracker.uri, experiment_id=tracker.experiment_id,
                                               run_id=stack.enter_context(tracker.job(spark, master)).run_id)
         if "profile" in wanted:
-            from sparktrain.datasets import load_source
+            from sparktrain.features.label import max_classes_of
+            from sparktrain.features.load import load_input
             from sparktrain.profile import profile
 
             with _stage(tracker, "profile") as run:
                 t0 = time.perf_counter()
-                df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
-                result.profile = profile(df, label=cfg.data.label)
+                df = load_input(spark, cfg.data)
+                result.profile = profile(df, label=cfg.data.label, max_classes=max_classes_of(cfg))
                 result.seconds["profile"] = time.perf_counter() - t0
                 if run is not None:
                     from sparktrain.track.stages import log_profile
                     log_profile(run, result.profile)
-            print(f"== profile of {cfg.data.source} (scale {cfg.data.scale})")
+            from sparktrain.datasets import EMBEDDED
+
+            scale = f" (scale {cfg.data.scale})" if cfg.data.source in EMBEDDED else ""
+            print(f"== profile of {cfg.data.describe()}{scale}")
             print(result.profile.format())
         if "preprocess" in wanted:
             from sparktrain.features.materialize import format_summary, run_preprocess

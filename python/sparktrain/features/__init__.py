@@ -13,7 +13,8 @@ are resolved lazily on first access:
   ``PreprocessResult`` (``.materialize``);
 * :func:`transform_local` (``.local``);
 * the stages ``ColumnScaler``, ``VocabularyIndexer``, ``FlatFeatureAssembler``
-  and their models (``.stages``).
+  and their models (``.stages``), ``LabelIndexer`` and its model (``.label_stage``);
+* :func:`load_input` (``.load``): the DataFrame a ``data:`` section names.
 
 See ``docs/features.md``.
 """
@@ -34,13 +35,14 @@ _EXPORTS = {
     "transform_local": "local",
     "ColumnScaler": "stages", "ColumnScalerModel": "stages", "VocabularyIndexer": "stages",
     "VocabularyIndexerModel": "stages", "FlatFeatureAssembler": "stages",
+    "LabelIndexer": "label_stage", "LabelIndexerModel": "label_stage", "load_input": "load",
 }
 
 __all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScalerModel", "CrossedFeature",
-           "DatetimeFeature", "FlatFeatureAssembler", "NumericFeature", "PreprocessResult", "VocabularyIndexer",
-           "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary", "materialize",
-           "parse_features", "plan_features", "run_preprocess", "save_pipeline_model", "transform_local",
-           "validate"]
+           "DatetimeFeature", "FlatFeatureAssembler", "LabelIndexer", "LabelIndexerModel", "NumericFeature",
+           "PreprocessResult", "VocabularyIndexer", "VocabularyIndexerModel", "compile_pipeline", "fit_features",
+           "format_summary", "load_input", "materialize", "parse_features", "plan_features", "run_preprocess",
+           "save_pipeline_model", "transform_local", "validate"]
 
 
 def __getattr__(name: str) -> Any:

@@ -168,7 +168,7 @@ def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None, label
     """
     types = types or {}
     if not specs:
-        raise ConfigError("features", [], "list at least one feature, e.g. - {name: carrier, type: categorical}")
+        raise ConfigError("features", [], "list at least one feature, e.g. - {name: city, type: categorical}")
     plan = FeaturePlan(specs=tuple(specs), key=key, label=label)
     outs = plan.outputs
 
@@ -240,7 +240,8 @@ def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None, label
 
 
 def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, label: Optional[str] = None,
-                     keep_input_cols: bool = False, types: Optional[Mapping[str, str]] = None):
+                     keep_input_cols: bool = False, types: Optional[Mapping[str, str]] = None,
+                     label_labels: Optional[Sequence[str]] = None):
     """Build the (unfitted) ``pyspark.ml.Pipeline`` for a feature spec.
 
     Parameters
@@ -254,7 +255,15 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
     types : mapping, optional
         Raw column -> Spark type (``df.schema[c].dataType.simpleString()``): numeric
         columns that are already doubles then skip a cast.  The fitted model then
-        expects those columns to keep their type.
+        expects those columns to keep their type.  A label of a non-numeric type
+        (string, date...) gets a :class:`~sparktrain.features.label_stage.LabelIndexer`
+        before the assembler, so the label is written as a class index.
+    label_labels : sequence of str, optional
+        The label encoding decided from all rows (:class:`~sparktrain.features.label.LabelEncoding`'s
+        ``labels``): the class texts in index order, or ``[]`` for a float
+        regression target.  A fitted
+        :class:`~sparktrain.features.label_stage.LabelIndexerModel` then encodes
+        the label instead of a ``LabelIndexer``.
 
     Returns
     -------
@@ -263,11 +272,11 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
     Examples
     --------
     >>> from sparktrain.features.spec import parse_features
-    >>> specs = parse_features([{"name": "carrier", "type": "categorical"},
-    ...                         {"name": "distance", "type": "numeric", "log1p": True}])
-    >>> model = compile_pipeline(specs, label="late").fit(train_df)   # doctest: +SKIP
+    >>> specs = parse_features([{"name": "city", "type": "categorical"},
+    ...                         {"name": "price", "type": "numeric", "log1p": True}])
+    >>> model = compile_pipeline(specs, label="label").fit(train_df)  # doctest: +SKIP
     >>> model.transform(raw_df).columns                               # doctest: +SKIP
-    ['late', 'distance', 'carrier']
+    ['label', 'price', 'city']
     """
     from pyspark.ml import Pipeline
     from pyspark.ml.feature import Imputer, QuantileDiscretizer, SQLTransformer, StringIndexer
@@ -300,6 +309,14 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
     if plan.scale:
         stages.append(ColumnScaler(inputCols=[a for a, _, _ in plan.scale], outputCols=[b for _, b, _ in plan.scale],
                                    methods=[m for _, _, m in plan.scale]))
+    if label and label_labels is not None:
+        from sparktrain.features.label_stage import model_for
+        stages.append(model_for(list(label_labels), label))
+    elif label and types and label in types:
+        from sparktrain.features.label import label_kind
+        from sparktrain.features.label_stage import LabelIndexer
+        if label_kind(label, types[label]) == "categorical":
+            stages.append(LabelIndexer(labelCol=label))
     floats = [o for o in plan.outputs if o.dtype == "float32"]
     ints = [o for o in plan.outputs if o.dtype == "int32"]
     stages.append(FlatFeatureAssembler(

@@ -109,8 +109,8 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     Examples
     --------
     >>> types = {f.name: f.dataType.simpleString() for f in df.schema.fields}     # doctest: +SKIP
-    >>> plan = plan_features(specs, key="flight_id", label="late", types=types)   # doctest: +SKIP
-    >>> pipe = compile_pipeline(specs, key="flight_id", label="late", types=types)  # doctest: +SKIP
+    >>> plan = plan_features(specs, key="id", label="label", types=types)       # doctest: +SKIP
+    >>> pipe = compile_pipeline(specs, key="id", label="label", types=types)    # doctest: +SKIP
     >>> fit_features(pipe, df, plan, train="split = 'train'").model                # doctest: +SKIP
     PipelineModel_...
     """
@@ -200,11 +200,13 @@ def _kind(stage: Any) -> str:
         StringIndexer,
     )
 
+    from sparktrain.features.label_stage import LabelIndexerModel
     from sparktrain.features.stages import ColumnScaler, FlatFeatureAssembler, VocabularyIndexer
 
-    kinds = ((SQLTransformer, "prepare"), (Imputer, "imputer"), (ImputerModel, "imputer_model"),
-             (StringIndexer, "indexer"), (VocabularyIndexer, "indexer"), (QuantileDiscretizer, "discretizer"),
-             (Bucketizer, "bucketizer"), (ColumnScaler, "scaler"), (FlatFeatureAssembler, "assembler"))
+    kinds = ((LabelIndexerModel, "label"), (SQLTransformer, "prepare"), (Imputer, "imputer"),
+             (ImputerModel, "imputer_model"), (StringIndexer, "indexer"), (VocabularyIndexer, "indexer"),
+             (QuantileDiscretizer, "discretizer"), (Bucketizer, "bucketizer"), (ColumnScaler, "scaler"),
+             (FlatFeatureAssembler, "assembler"))
     return next((name for cls, name in kinds if isinstance(stage, cls)), "other")
 
 
@@ -222,7 +224,7 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
     if not stages or _kind(stages[0]) != "prepare":
         return None
     kinds = [_kind(s) for s in stages[1:]]
-    if any(k not in ("imputer", "indexer", "discretizer", "scaler", "assembler") for k in kinds):
+    if any(k not in ("imputer", "indexer", "discretizer", "scaler", "assembler", "label") for k in kinds):
         return None
     imputed: Dict[str, str] = {}
     medians: Dict[str, int] = {}
@@ -239,7 +241,7 @@ def _layout(stages: Sequence[Any], plan: FeaturePlan
                 return None
         if kind == "indexer":
             index_specs.update({c: vocab[c] for c in stage.getInputCols() if c in vocab})
-        if kind in ("indexer", "assembler"):
+        if kind in ("indexer", "assembler", "label"):
             continue
         inputs = stage.getInputCols() if stage.isSet("inputCols") else []
         if any(imputed.get(c, c) not in plan.stats_source for c in inputs):

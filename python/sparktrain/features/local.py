@@ -56,9 +56,9 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
     Examples
     --------
     >>> import pyarrow.parquet as pq
-    >>> meta = json.load(open("work/flights/dataset/features.json"))   # doctest: +SKIP
-    >>> out = transform_local(pq.read_table("new_flights.parquet"), meta)  # doctest: +SKIP
-    >>> out["carrier"].dtype, out["dep_delay"].dtype                   # doctest: +SKIP
+    >>> meta = json.load(open("work/houses/dataset/features.json"))    # doctest: +SKIP
+    >>> out = transform_local(pq.read_table("new_houses.parquet"), meta)   # doctest: +SKIP
+    >>> out["city"].dtype, out["price"].dtype                          # doctest: +SKIP
     (dtype('int32'), dtype('float32'))
     """
     meta = _load(features_json)
@@ -70,7 +70,7 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
         out[key] = _column(table, key).to_numpy(zero_copy_only=False)
     label = meta.get("label")
     if label and label["column"] in table.column_names:
-        out[label["column"]] = _label(_column(table, label["column"]), label.get("dtype"))
+        out[label["column"]] = _label(_column(table, label["column"]), label)
     values: Dict[str, np.ndarray] = {}
     for f in meta["features"]:
         kind = f["type"]
@@ -297,7 +297,17 @@ def _boolean(col: pa.Array) -> np.ndarray:
     return np.where(_null_mask(col) | (x == 0), 0.0, 1.0)
 
 
-def _label(col: pa.Array, dtype: Any) -> np.ndarray:
+def _label(col: pa.Array, entry: Mapping[str, Any]) -> np.ndarray:
+    """The label as the pipeline writes it: a class index (``vocabulary``; unseen or null: -1, where
+    Spark writes null), a float32 value, or an int32 value."""
+    dtype, vocabulary = entry.get("dtype"), entry.get("vocabulary")
+    if vocabulary is not None:
+        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+            values = pa.array(vocabulary, pa.float64())
+            found = pc.index_in(pc.cast(col, pa.float64()), value_set=values)
+        else:
+            found = pc.index_in(pc.cast(col, pa.string()), value_set=pa.array([str(v) for v in vocabulary]))
+        return pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int32)
     if dtype == "float32":
         return _to_float(col).astype(np.float32)
     if dtype == "int32":

@@ -2,21 +2,28 @@
 
 :func:`materialize` does, in this order (each step logged with its rows and seconds):
 
-1. **stage input + validate** (a DataFrame or the flights join as input): one
-   pass over the source that assigns each row its split
-   (``pmod(xxhash64(seed, key), 10000)`` against the split fractions, so the
-   same key lands in the same split on every run and every cluster size),
-   writes the columns the spec reads to ``staged_input/`` partitioned by split
-   and, through ``DataFrame.observe``, runs every data check of
-   :mod:`sparktrain.features.validate` in the same pass; then raises on bad
-   input.  An expensive source is computed once; every later pass reads
-   narrow Parquet.  When the source is ``data.source``'s own Parquet, which is
-   cheap to re-read, there is no staging: the checks run as one job of step 2.
-2. **fit on train** with :func:`sparktrain.features.fit.fit_features`: the
+1. **stage input + validate** (a DataFrame, a table, a query or an embedded
+   dataset as input): one pass over the source that assigns each row its
+   split (``pmod(xxhash64(seed, key), 10000)`` against the split fractions,
+   so the same key lands in the same split on every run and every cluster
+   size; without ``data.key``, the hash of every column the job reads: see
+   :func:`split_expression`), writes the columns the spec reads to
+   ``staged_input/`` partitioned by split and, through ``DataFrame.observe``,
+   runs every data check of :mod:`sparktrain.features.validate` in the same
+   pass; then raises on bad input.  An expensive source is computed once;
+   every later pass reads narrow Parquet.  When the source is
+   ``data.source``'s own Parquet, which is cheap to re-read, there is no
+   staging: the checks run as one job of step 3.
+2. **check the label** (:mod:`sparktrain.features.label`): one aggregation
+   over all rows (the class counts, or NaN/inf and moments of a regression
+   label), refused with an error naming the column, the value and the fix;
+   rows with a null label are dropped (``data.drop_null_labels``, the default)
+   or refused.  This decides the task and whether the label is indexed.
+3. **fit on train** with :func:`sparktrain.features.fit.fit_features`: the
    statistics of every estimator in one wave of concurrent jobs over the train
    rows (with the checks, which raise before any model is built), then the
    models from those statistics.
-3. **write splits**: every row transformed once and written in one
+4. **write splits**: every row transformed once and written in one
    ``partitionBy(split)`` job (row groups of ``output.row_group_rows``,
    ``output.compression``), moved into ``train/``, ``validation/``, ``test/``
    with a ``_manifest.json`` each, while ``pipeline_model/`` is saved
@@ -24,8 +31,8 @@
    ``features.json``.
 
 Everything goes to a staging folder that :func:`sparktrain.data.manifest.atomic_dir`
-renames to ``output.path`` only at the end, so a failed run leaves nothing
-that looks complete.  Layout::
+renames to ``output.path`` only at the end, so a failed run (a bad label, a
+bad value) leaves nothing at ``output.path``.  Layout::
 
     <output.path>/
       train/ validation/ test/     Parquet + _manifest.json
@@ -48,10 +55,19 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from sparktrain.config import JobConfig, SplitConfig
+from sparktrain.errors import ConfigError
 from sparktrain.features import metadata as md
 from sparktrain.features._sql import quote
 from sparktrain.features.compile import compile_pipeline, plan_features, source_columns
 from sparktrain.features.fit import fit_features
+from sparktrain.features.label import (
+    check_label,
+    encode_label,
+    label_kind,
+    max_classes_of,
+    summarize_label,
+    task_override,
+)
 from sparktrain.features.validate import check_results, check_schema, validation_sql
 
 log = logging.getLogger(__name__)
@@ -99,9 +115,19 @@ class PreprocessResult:
         return posixpath.join(self.path, split)
 
 
-def split_expression(key: str, split: SplitConfig) -> str:
-    """SQL that names the split of a row from its key alone (deterministic everywhere)."""
-    bucket = f"pmod(xxhash64(CAST({int(split.seed)} AS BIGINT), {quote(key)}), {SPLIT_BUCKETS})"
+def split_expression(key: Optional[str], split: SplitConfig, columns: Sequence[str] = ()) -> str:
+    """SQL that names the split of a row from its key alone (deterministic everywhere).
+
+    Without a key (``key`` None) the hash covers ``columns``, every column the
+    job reads: still deterministic, but identical rows always land in the same split.
+    """
+    if key:
+        hashed = quote(key)
+    elif columns:
+        hashed = ", ".join(quote(c) for c in columns)
+    else:
+        raise ConfigError("data.key", None, "give data.key, or the columns to hash for a keyless split")
+    bucket = f"pmod(xxhash64(CAST({int(split.seed)} AS BIGINT), {hashed}), {SPLIT_BUCKETS})"
     train_hi = round(split.train * SPLIT_BUCKETS)
     val_hi = round((split.train + split.validation) * SPLIT_BUCKETS)
     return (f"CASE WHEN {bucket} < {train_hi} THEN 'train' WHEN {bucket} < {val_hi} THEN 'validation' "
@@ -126,7 +152,8 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     ----------
     spark : SparkSession
     cfg : JobConfig
-        Uses ``data`` (source, key, label), ``features``, ``split`` and ``output``.
+        Uses ``data`` (the input, key, label, drop_null_labels), ``features``,
+        ``split``, ``output``, and ``train.task``/``train.max_classes`` when set.
     df : DataFrame, optional
         The raw input; loaded from ``cfg.data`` when omitted.
     stage_input : bool, optional
@@ -141,7 +168,10 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     Raises
     ------
     ConfigError, MissingColumnError, SchemaError
-        Before any Spark job.
+        Before any Spark job (a label type no model learns from is a SchemaError).
+    DataError
+        From the label check: null labels with ``data.drop_null_labels: false``,
+        a single class, more than ``train.max_classes`` classes, NaN or infinity.
     DataError
         From the checks of :mod:`sparktrain.features.validate` (after the first
         wave of jobs, before any model is built), or from the fit: a vocabulary
@@ -150,15 +180,16 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
 
     Examples
     --------
-    >>> cfg = load_config("conf/flights.yaml")           # doctest: +SKIP
+    >>> cfg = load_config("conf/job.yaml")               # doctest: +SKIP
     >>> result = materialize(spark, cfg)                 # doctest: +SKIP
     >>> result.row_counts                                # doctest: +SKIP
-    {'train': 261653, 'validation': 32985, 'test': 32708}
+    {'train': 80012, 'validation': 9985, 'test': 10003}
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from sparktrain.data.manifest import atomic_dir
+    from sparktrain.datasets import EMBEDDED
     from sparktrain.jvm import LineageRecorder
 
     t_start = time.perf_counter()
@@ -166,21 +197,28 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     key, label = cfg.data.key, cfg.data.label
     specs = cfg.features
     plan = plan_features(specs, key=key, label=label)  # config errors first
-    source = "<DataFrame>" if df is not None else cfg.data.source
+    given = df is not None
+    source = "<DataFrame>" if given else cfg.data.describe()
     if stage_input is None:
-        stage_input = not (df is None and cfg.data.format == "parquet" and cfg.data.source != "flights")
+        stage_input = not (not given and cfg.data.source is not None and cfg.data.format == "parquet"
+                           and cfg.data.source not in EMBEDDED)
     if df is None:
-        from sparktrain.datasets import load_source
-        df = load_source(spark, cfg.data.source, cfg.data.format, cfg.data.scale)
+        from sparktrain.features.load import load_input
+        df = load_input(spark, cfg.data)
     types = check_schema(df.schema, specs, key, label)
+    label_kind(label, types[label])  # a type no model learns from: refused before any job
+    task, max_classes = task_override(cfg), max_classes_of(cfg)
     plan = plan_features(specs, key=key, label=label, types=types)
     needed = _unique([*source_columns(specs), key, label])
-    pipeline = compile_pipeline(specs, key=key, label=label, types=types)
+    split_sql = split_expression(key, cfg.split, columns=needed)
+    if key is None:
+        log.info("preprocess: no data.key: a row's split is a hash of its columns %s (identical rows share a "
+                 "split)", ", ".join(needed))
     timezone = spark.conf.get("spark.sql.session.timeZone", "UTC")
     out = cfg.output
     checks = validation_sql(types, specs, key, label, distinct=False)  # the fit counts vocabularies exactly
-    checks += [f"count_if({SPLIT_COLUMN} = '{s}') AS split_{s}" for s in SPLITS]
-    tagged = df.selectExpr(*[quote(c) for c in needed], f"{split_expression(key, cfg.split)} AS {SPLIT_COLUMN}")
+    checks += [f"count_if({SPLIT_COLUMN} = '{s}' AND {quote(label)} IS NOT NULL) AS split_{s}" for s in SPLITS]
+    tagged = df.selectExpr(*[quote(c) for c in needed], f"{split_sql} AS {SPLIT_COLUMN}")
     with atomic_dir(out.path, overwrite=out.overwrite) as staging, LineageRecorder(spark) as lineage:
         raw = posixpath.join(staging, RAW_DIR)
         counts: Dict[str, int] = {}
@@ -199,26 +237,36 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
             data, extra = spark.read.parquet(raw), []
         else:
             data, extra = tagged, checks
+        with _step("check label", timings) as info:
+            summary = summarize_label(data, label, types[label], task, max_classes)
+            info["rows"] = summary.rows
+        dropped = check_label(summary, cfg.data.drop_null_labels, max_classes)
+        encoding = encode_label(summary, task)
+        if dropped:
+            data = data.where(f"{quote(label)} IS NOT NULL")
+        pipeline = compile_pipeline(specs, key=key, label=label, types=types, label_labels=encoding.labels)
         train = f"{quote(SPLIT_COLUMN)} = 'train'"
         with _step("fit on train" if stage_input else "validate + fit on train", timings) as info:
             fit = fit_features(pipeline, data, plan, train=train, extra=extra,
                                check=None if stage_input else check)
             info["rows"] = counts["train"]
-        meta = md.build_metadata(plan, fit.fitted, schema=types, timezone=timezone)
+        meta = md.build_metadata(plan, fit.fitted, schema=types, timezone=timezone, label=encoding.entry)
         md.check_vocabularies(meta)
         with _step("write splits", timings) as info:
-            manifests = _write_outputs(spark, fit.model, data, staging, out, split_expression(key, cfg.split))
+            manifests = _write_outputs(spark, fit.model, data, staging, out)
             info["rows"] = sum(m["num_rows"] for m in manifests.values())
         meta["dataset"] = {
             "splits": {s: {"path": s, "rows": manifests[s]["num_rows"], "digest": manifests[s]["digest"]}
                        for s in SPLITS},
-            "split": {"key": key, "seed": cfg.split.seed, "buckets": SPLIT_BUCKETS,
+            "split": {"key": key, "columns": [key] if key else needed, "seed": cfg.split.seed,
+                      "buckets": SPLIT_BUCKETS,
                       "fractions": {"train": cfg.split.train, "validation": cfg.split.validation,
                                     "test": cfg.split.test},
-                      "expression": split_expression(key, cfg.split)},
+                      "expression": split_sql},
             "pipeline_model": PIPELINE_DIR,
             "source": source,
-            "scale": cfg.data.scale if source == cfg.data.source else None,
+            "scale": cfg.data.scale if not given else None,
+            "null_labels_dropped": dropped,
         }
         sources = lineage.sources(exclude=[staging, out.path])
         if sources is not None:  # what the source's files were (the lineage listener: sparktrain.jvm)
@@ -235,11 +283,11 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     return result
 
 
-def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any, split_sql: str
-                   ) -> Dict[str, Dict[str, Any]]:
+def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) -> Dict[str, Dict[str, Any]]:
     """Transform every row once and write the splits as one partitioned Spark job, saving the model meanwhile.
 
-    The split is recomputed from the key (the final stage passes it through),
+    The split column passes through the final stage (a copy of it that also
+    keeps ``sparktrain_split``; the saved model is ``model`` itself),
     Spark writes ``_splits/sparktrain_split=<split>/``, and each folder is
     renamed to ``<split>/`` inside the staging folder.  A split with no rows
     gets an empty file that carries the schema.  Then one manifest per split.
@@ -248,14 +296,16 @@ def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any, sp
 
     import pyarrow.fs as pafs
     from pyspark import inheritable_thread_target
-    from pyspark.sql import functions as F
+    from pyspark.ml import PipelineModel
 
     from sparktrain.data.manifest import build_manifest, estimate_row_bytes, parquet_writer, write_manifest
     from sparktrain.features.persist import save_pipeline_model
 
-    scored = model.transform(data)
-    width = estimate_row_bytes(scored.schema)
-    scored = scored.withColumn(SPLIT_COLUMN, F.expr(split_sql))
+    assembler = model.stages[-1]
+    passing = PipelineModel(stages=[*model.stages[:-1],
+                                    assembler.copy({assembler.passThroughCols: [SPLIT_COLUMN]})])
+    scored = passing.transform(data)
+    width = estimate_row_bytes(scored.drop(SPLIT_COLUMN).schema)
     parts = posixpath.join(staging, SPLITS_DIR)
     inherit = inheritable_thread_target(spark)
     with ThreadPoolExecutor(1) as pool:
@@ -302,6 +352,11 @@ def format_summary(result: PreprocessResult) -> str:
         cats = [f"{c['name']}={c['cardinality']}" for c in meta["columns"] if c["dtype"] == "int32"]
         if cats:
             lines.append(f"  cardinality {', '.join(cats)}")
+        label = meta.get("label") or {}
+        if label:
+            classes = f", {label['num_classes']} classes" if label.get("num_classes") else ""
+            lines.append(f"label         {label['column']} ({label.get('source_dtype')}) -> {label.get('dtype')}, "
+                         f"{label.get('task')}{classes}")
     lines.append(f"features.json {result.features_json}")
     lines.append(f"pipeline      {result.pipeline_model}")
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items())

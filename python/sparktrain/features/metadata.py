@@ -6,35 +6,47 @@ Layout (``format: sparktrain.features/1``)::
 
     {
       "format": "sparktrain.features/1",
-      "key": "flight_id",
-      "label": {"column": "late", "dtype": "float32", "source_dtype": "boolean"},
-      "task": "binary",                              # from the label's type: binary/regression/null
+      "key": "id",                                   # data.key; null when the split hashed every column
+      "label": {"column": "label", "source_dtype": "string",  # the raw Spark type
+                "dtype": "int32",                    # written as: int32 (classes) or float32
+                "task": "multiclass",                # binary | multiclass | regression (train.task wins)
+                "inferred_task": "multiclass",       # what the data alone says
+                "num_classes": 3,                    # null for regression
+                "vocabulary": ["high", "low", "mid"],  # class of index i; null: values kept as they are
+                "order": "text",                     # vocabulary sorted by "value" (numbers) or "text"
+                "class_counts": [10, 52, 38],        # rows per class index, all splits (null: regression)
+                "stats": {"mean": .., "std": .., "min": .., "max": ..}},  # regression only
+      "task": "multiclass",                          # == label.task (kept for older readers)
       "timezone": "UTC",
-      "float_columns": ["dep_delay", ...],          # float32 outputs, in Parquet order
-      "int_columns": ["carrier", ...],              # int32 outputs, in Parquet order
-      "columns": [{"name": "carrier", "dtype": "int32", "feature": "carrier", "role": "index",
+      "float_columns": ["price", ...],              # float32 outputs, in Parquet order
+      "int_columns": ["city", ...],                 # int32 outputs, in Parquet order
+      "columns": [{"name": "city", "dtype": "int32", "feature": "city", "role": "index",
                    "cardinality": 17}, ...],         # cardinality: embedding rows (int32 only)
       "features": [
-        {"name": "dep_delay", "type": "numeric", "source": "dep_delay", "on_invalid": "impute",
+        {"name": "price", "type": "numeric", "source": "price", "on_invalid": "impute",
          "impute": {"strategy": "median", "value": -0.69},   # value in the clipped/log1p space;
                                                              # constant: in raw units, applied before clip
          "clip": [-60.0, 600.0], "log1p": true,
          "scale": {"method": "standard", "offset": 1.2, "scale": 2.3, "mean": 1.2, "std": 2.3},
-         "buckets": {"column": "dep_delay_bucket", "splits": [-inf, ..., inf], "num_buckets": 4},
-         "outputs": ["dep_delay"]},
-        {"name": "carrier", "type": "categorical", "source": "carrier", "encoding": "vocabulary",
-         "vocabulary": ["UA", "B6", ...], "vocab_size": 16, "reserved_index": 16, "num_indices": 17,
-         "min_frequency": 1, "max_vocab": null, "outputs": ["carrier"]},
-        {"name": "tailnum", "type": "categorical", "encoding": "hash",
+         "buckets": {"column": "price_bucket", "splits": [-inf, ..., inf], "num_buckets": 4},
+         "outputs": ["price"]},
+        {"name": "city", "type": "categorical", "source": "city", "encoding": "vocabulary",
+         "vocabulary": ["Lima", "Oslo", ...], "vocab_size": 16, "reserved_index": 16, "num_indices": 17,
+         "min_frequency": 1, "max_vocab": null, "outputs": ["city"]},
+        {"name": "street", "type": "categorical", "encoding": "hash",
          "hash": {"function": "crc32", "buckets": 1024, "null_as": ""}, "num_indices": 1024, ...},
-        {"name": "carrier_x_origin", "type": "crossed", "columns": ["carrier", "origin"],
+        {"name": "city_x_street", "type": "crossed", "columns": ["city", "street"],
          "hash": {"function": "crc32", "buckets": 64, "null_as": "", "separator": "\\u0001"}, ...},
-        {"name": "sched_departure", "type": "datetime", "source": "sched_departure", "cyclical": true,
-         "parts": [{"part": "hour", "column": "sched_departure_hour", "period": 24, "null_index": 24,
-                    "sin": "sched_departure_hour_sin", "cos": "sched_departure_hour_cos"}, ...]},
+        {"name": "sold_at", "type": "datetime", "source": "sold_at", "cyclical": true,
+         "parts": [{"part": "hour", "column": "sold_at_hour", "period": 24, "null_index": 24,
+                    "sin": "sold_at_hour_sin", "cos": "sold_at_hour_cos"}, ...]},
         {"name": "x", "type": "boolean", "source": "x", "outputs": ["x"]}
       ]
     }
+
+A label written from the data as it is (no :mod:`sparktrain.features.label`
+entry given to :func:`build_metadata`) gets ``column``, ``source_dtype``,
+``dtype`` and ``task`` only.
 
 Non-finite floats (the outer bucket splits) are written as JSON ``-Infinity`` /
 ``Infinity``, which Python's ``json`` reads back.
@@ -87,7 +99,8 @@ def fitted_values(model: Any) -> Dict[str, Dict[str, Any]]:
 
 def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
                    schema: Optional[Mapping[str, str]] = None, timezone: str = "UTC",
-                   extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                   extra: Optional[Mapping[str, Any]] = None,
+                   label: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Assemble the ``features.json`` dict.
 
     Parameters
@@ -102,6 +115,9 @@ def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
         The session time zone (string timestamps without an offset are read in it).
     extra : mapping, optional
         More top-level keys (the split, row counts...).
+    label : mapping, optional
+        The label entry decided from the data (:class:`sparktrain.features.label.LabelEncoding`'s
+        ``entry``); without it the entry is read from the label's type alone.
     """
     schema = dict(schema or {})
     features: List[Dict[str, Any]] = []
@@ -171,17 +187,19 @@ def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
         if o.dtype == "int32":
             col["cardinality"] = cardinality[o.name]
         columns.append(col)
-    label, task = None, None
-    if plan.label:
+    label_entry: Optional[Dict[str, Any]] = None
+    if label is not None:
+        label_entry = dict(label)
+    elif plan.label:
         src = schema.get(plan.label)
-        label = {"column": plan.label, "source_dtype": src, "dtype": _label_dtype(src)}
         # a boolean label is written as float32 0/1; the trainer cannot tell that from the Parquet alone
-        task = {"boolean": "binary", "float": "regression", "double": "regression"}.get(src or "")
+        label_entry = {"column": plan.label, "source_dtype": src, "dtype": _label_dtype(src),
+                       "task": {"boolean": "binary", "float": "regression", "double": "regression"}.get(src or "")}
     meta: Dict[str, Any] = {
         "format": FORMAT,
         "key": plan.key,
-        "label": label,
-        "task": task,
+        "label": label_entry,
+        "task": label_entry.get("task") if label_entry else None,
         "timezone": timezone,
         "float_columns": [o.name for o in plan.outputs if o.dtype == "float32"],
         "int_columns": [o.name for o in plan.outputs if o.dtype == "int32"],
@@ -199,7 +217,7 @@ def _label_dtype(spark_type: Optional[str]) -> Optional[str]:
         return "float32"
     if spark_type in ("tinyint", "smallint", "int", "bigint"):
         return "int32"
-    return spark_type
+    return "int32"  # any other label type is indexed (sparktrain.features.label_stage)
 
 
 def check_vocabularies(meta: Mapping[str, Any]) -> None:

@@ -41,8 +41,8 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
 
     Examples
     --------
-    >>> save_pipeline_model(fitted, "/data/flights/pipeline_model")   # doctest: +SKIP
-    >>> PipelineModel.load("/data/flights/pipeline_model")            # doctest: +SKIP
+    >>> save_pipeline_model(fitted, "/data/houses/pipeline_model")   # doctest: +SKIP
+    >>> PipelineModel.load("/data/houses/pipeline_model")            # doctest: +SKIP
     PipelineModel_...
     """
     from pyspark import inheritable_thread_target

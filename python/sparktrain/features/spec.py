@@ -6,11 +6,11 @@ specs into a ``pyspark.ml.Pipeline``.
 
 YAML form (inside ``features:`` of a job config)::
 
-    - {name: carrier, type: categorical, min_frequency: 10}
-    - {name: dep_delay, type: numeric, impute: median, clip: [-60, 600], log1p: false}
-    - {name: tailnum, type: categorical, hash_buckets: 512}
-    - {name: time_hour, type: datetime, parts: [hour, day_of_week, month], cyclical: true}
-    - {name: carrier_x_origin, type: crossed, columns: [carrier, origin], hash_buckets: 128}
+    - {name: city, type: categorical, min_frequency: 10}
+    - {name: price, type: numeric, impute: median, clip: [0, 1000000], log1p: true}
+    - {name: street, type: categorical, hash_buckets: 512}
+    - {name: sold_at, type: datetime, parts: [hour, day_of_week, month], cyclical: true}
+    - {name: city_x_street, type: crossed, columns: [city, street], hash_buckets: 128}
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ FEATURE_TYPES = {
 def parse_feature(raw: Any, path: str) -> FeatureSpec:
     """Build one feature spec from its YAML mapping, choosing the class by ``type``."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(path, raw, "each feature is a mapping like {name: carrier, type: categorical}")
+        raise ConfigError(path, raw, "each feature is a mapping like {name: city, type: categorical}")
     ftype = raw.get("type")
     if ftype not in FEATURE_TYPES:
         raise ConfigError(f"{path}.type", ftype, f"must be one of {', '.join(FEATURE_TYPES)}")

@@ -387,9 +387,9 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
     Examples
     --------
     >>> asm = FlatFeatureAssembler(floatInputCols=["__st_x"], floatOutputCols=["x"],
-    ...                            intInputCols=["__st_c"], intOutputCols=["c"], labelCol="late")  # doctest: +SKIP
-    >>> asm.transform(df).dtypes                                                     # doctest: +SKIP
-    [('late', 'float'), ('x', 'float'), ('c', 'int')]
+    ...                            intInputCols=["__st_c"], intOutputCols=["c"], labelCol="label")  # doctest: +SKIP
+    >>> asm.transform(df).dtypes                                                      # doctest: +SKIP
+    [('label', 'float'), ('x', 'float'), ('c', 'int')]
     """
 
     _input_kwargs: Dict[str, Any]
@@ -410,6 +410,9 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
         Params._dummy(), "keepInputCols",
         "also keep the input columns (e.g. inside a larger Pipeline); intermediate columns are always dropped",
         typeConverter=TypeConverters.toBoolean)
+    passThroughCols: "Param[List[str]]" = Param(
+        Params._dummy(), "passThroughCols", "more columns passed through as they are, when present",
+        typeConverter=TypeConverters.toListString)
 
     @keyword_only
     def __init__(self, *, floatInputCols: Optional[List[str]] = None, floatOutputCols: Optional[List[str]] = None,
@@ -418,7 +421,7 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
                  keepInputCols: Optional[bool] = None) -> None:
         super().__init__()
         self._setDefault(floatInputCols=[], floatOutputCols=[], intInputCols=[], intOutputCols=[],
-                         keyCol="", labelCol="", keepInputCols=False)
+                         keyCol="", labelCol="", keepInputCols=False, passThroughCols=[])
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -455,9 +458,11 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
             cols.append(quote(key))
         if label and label in available:
             cols.append(label_sql(dataset.schema[label].dataType, label))
+        passed = [c for c in self.getOrDefault(self.passThroughCols) if c in available and c not in (key, label)]
+        cols += [quote(c) for c in passed]
         if self.getKeepInputCols():
             cols += [quote(c) for c in available
-                     if not c.startswith(INTERNAL_PREFIX) and c not in outputs and c not in (key, label)]
+                     if not c.startswith(INTERNAL_PREFIX) and c not in outputs and c not in (key, label, *passed)]
         cols += [f"CAST({quote(c)} AS FLOAT) AS {quote(o)}" for c, o in zip(f_in, f_out)]
         cols += [f"CAST({quote(c)} AS INT) AS {quote(o)}" for c, o in zip(i_in, i_out)]
         return dataset.selectExpr(*cols)  # SQL text: about one JVM call per column, not five

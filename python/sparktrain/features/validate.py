@@ -170,8 +170,8 @@ def validate(df: Any, specs: Sequence[FeatureSpec], key: Optional[str] = None,
 
     Examples
     --------
-    >>> validate(flights_df, cfg.features, key="flight_id", label="late").rows   # doctest: +SKIP
-    327346
+    >>> validate(df, cfg.features, key="id", label="label").rows   # doctest: +SKIP
+    100000
     """
     types = check_schema(df.schema, specs, key, label)
     row = df.selectExpr(*validation_sql(types, specs, key, label)).first()  # a global aggregate

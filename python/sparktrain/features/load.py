@@ -1,0 +1,144 @@
+"""Load the raw input a job's ``data:`` section names, as a DataFrame.
+
+Exactly one of:
+
+* ``data.source``: an embedded dataset's name (:data:`sparktrain.datasets.EMBEDDED`),
+  or a path (any URI Spark reads) read with ``data.format`` (``parquet``,
+  ``csv``, ``json`` or ``orc``) and ``data.options``, Spark's reader options
+  (checked by :mod:`sparktrain.features.reader_options`; CSV defaults to
+  ``header`` and ``inferSchema`` true);
+* ``data.table``: a table or view of the session's catalog (``db.table`` or a name);
+* ``data.query``: Spark SQL over the tables and views the session knows.
+
+Every failure is raised here, before anything is written, and names the
+config key: a path that does not exist (:class:`~sparktrain.errors.DatasetNotFoundError`),
+a table that does not exist (the message lists the catalog's tables and
+views), a query Spark cannot analyze, or a reader that refuses its options
+(Spark's message, on ``data.options``).
+
+Examples
+--------
+>>> from sparktrain.config import DataConfig
+>>> df = load_input(spark, DataConfig(source="data/houses.csv", format="csv",
+...                                   options={"nullValue": "NA"}, label="price"))   # doctest: +SKIP
+>>> df = load_input(spark, DataConfig(table="sales.orders", label="returned"))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List
+
+from sparktrain.config import DataConfig
+from sparktrain.errors import ConfigError, DatasetNotFoundError
+
+log = logging.getLogger(__name__)
+
+_NOT_FOUND_PATH = ("PATH_NOT_FOUND",)
+_NOT_FOUND_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")
+
+
+def load_input(spark: Any, data: DataConfig) -> Any:
+    """The DataFrame ``data`` names (see the module docstring); lazy where Spark allows.
+
+    Raises
+    ------
+    ConfigError
+        No input set; a table that does not exist; a query or reader options Spark refuses.
+    DatasetNotFoundError
+        ``data.source`` is a path that does not exist.
+    """
+    from sparktrain.datasets import EMBEDDED, load_embedded
+
+    data.require_input()
+    if data.table is not None:
+        return _read_table(spark, data.table)
+    if data.query is not None:
+        return _run_query(spark, data.query)
+    source = str(data.source)
+    if source in EMBEDDED:
+        return load_embedded(spark, source, data.scale)
+    return _read_files(spark, source, data)
+
+
+def catalog_tables(spark: Any) -> List[str]:
+    """The tables and views the session's catalog lists (current database and temporary views), sorted."""
+    try:
+        tables = spark.catalog.listTables()
+    except Exception as exc:  # a catalog that cannot list must not hide the real error
+        log.debug("cannot list the catalog's tables: %s", exc)
+        return []
+    names = []
+    for t in tables:
+        names.append(f"{t.namespace[0]}.{t.name}" if getattr(t, "namespace", None) else t.name)
+    return sorted(names)
+
+
+def _read_files(spark: Any, path: str, data: DataConfig) -> Any:
+    from sparktrain.features.reader_options import reader_options
+
+    options = reader_options(data.format, data.options)
+    try:
+        return spark.read.format(data.format).options(**options).load(path)
+    except Exception as exc:
+        condition = _condition(exc)
+        if condition is None:
+            raise
+        if condition in _NOT_FOUND_PATH:
+            raise DatasetNotFoundError(
+                f"data.source '{path}' does not exist. Fix the path (any URI Spark reads: a folder or file, "
+                f"hdfs://, s3a://...), or use data.table / data.query for data in the catalog.") from exc
+        key, value = ("data.options", dict(data.options)) if data.options else ("data.source", path)
+        raise ConfigError(key, value, f"Spark cannot read '{path}' as {data.format}: {_first_line(exc)}. "
+                                      f"Fix data.format or data.options") from exc
+
+
+def _read_table(spark: Any, name: str) -> Any:
+    try:
+        return spark.read.table(name)
+    except Exception as exc:
+        condition = _condition(exc)
+        if condition is None:
+            raise
+        if condition in _NOT_FOUND_TABLE:
+            tables = catalog_tables(spark)
+            listing = ", ".join(tables) if tables else "none"
+            raise ConfigError("data.table", name,
+                              f"no such table or view in the catalog (tables and views: {listing}). Fix the "
+                              f"name, save the table first (df.write.saveAsTable), or read files with "
+                              f"data.source") from exc
+        raise ConfigError("data.table", name, f"Spark cannot read it: {_first_line(exc)}") from exc
+
+
+def _run_query(spark: Any, query: str) -> Any:
+    try:
+        return spark.sql(query)
+    except Exception as exc:
+        if _condition(exc) is None:
+            raise
+        tables = catalog_tables(spark)
+        raise ConfigError("data.query", query,
+                          f"Spark cannot run it: {_first_line(exc)}. Tables and views the query can use: "
+                          f"{', '.join(tables) if tables else 'none'}") from exc
+
+
+def _condition(exc: BaseException) -> Any:
+    """Spark's error condition of ``exc`` (e.g. ``PATH_NOT_FOUND``); ``""`` for another Spark error,
+    None for an error that does not come from Spark."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if isinstance(exc, PySparkException):
+        return exc.getCondition() or ""
+    if isinstance(exc, Py4JJavaError):
+        return ""
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = (text[0] if text else type(exc).__name__).rstrip(". ")
+    return line if len(line) <= 400 else line[:400] + "..."
+
+
+__all__ = ["catalog_tables", "load_input"]

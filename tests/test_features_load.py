@@ -1,0 +1,117 @@
+"""Every kind of input a Spark ETL user has: files with reader options, catalog tables, SQL; and their errors."""
+
+from __future__ import annotations
+
+import pytest
+from sparktrain.config import DataConfig, parse_config
+from sparktrain.errors import ConfigError, DatasetNotFoundError
+
+ROWS = [(1, "Lima", 10.5, "good"), (2, "Oslo", None, "fair"), (3, None, 7.25, "good"), (4, "Rome", 3.0, None)]
+SCHEMA = "id long, city string, price double, grade string"
+
+
+@pytest.fixture(scope="module")
+def houses(spark):
+    return spark.createDataFrame(ROWS, SCHEMA)
+
+
+def _same(df, expected):
+    got = df.select(*expected.columns)
+    assert got.exceptAll(expected).count() == 0 and expected.exceptAll(got).count() == 0
+
+
+def test_csv_with_na_nulls_and_a_semicolon_through_data_options(spark, tmp_path, houses):
+    from sparktrain.features.load import load_input
+
+    path = tmp_path / "houses.csv"
+    lines = ["id;city;price;grade"] + [";".join("NA" if v is None else str(v) for v in r) for r in ROWS]
+    path.write_text("\n".join(lines) + "\n")
+    df = load_input(spark, DataConfig(source=str(path), format="csv", options={"delimiter": ";", "nullValue": "NA"}))
+    # header and inferSchema are CSV's defaults: names from the header, numbers as numbers, NA as null
+    assert df.dtypes == [("id", "int"), ("city", "string"), ("price", "double"), ("grade", "string")]
+    _same(df, houses.selectExpr("CAST(id AS INT) AS id", "city", "price", "grade"))
+    # the user's options win over the defaults
+    raw = load_input(spark, DataConfig(source=str(path), format="csv", options={"sep": ";", "inferSchema": False}))
+    assert dict(raw.dtypes)["price"] == "string" and raw.where("price = 'NA'").count() == 1
+
+
+@pytest.mark.parametrize("fmt", ["json", "orc", "parquet"])
+def test_json_orc_and_parquet_files(spark, tmp_path, houses, fmt):
+    from sparktrain.features.load import load_input
+
+    houses.write.format(fmt).save(str(tmp_path / fmt))
+    df = load_input(spark, DataConfig(source=str(tmp_path / fmt), format=fmt))  # type: ignore[arg-type]
+    _same(df, houses)
+
+
+def test_a_catalog_table_and_a_query_through_materialize(spark, tmp_path, houses):
+    from sparktrain.features.materialize import materialize
+
+    houses.write.mode("overwrite").saveAsTable("houses_tbl")
+    spark.createDataFrame([("Lima", "PE"), ("Oslo", "NO"), ("Rome", "IT")], "city string, country string") \
+        .createOrReplaceTempView("cities_view")
+    features = [{"name": "city", "type": "categorical"}, {"name": "price", "type": "numeric", "impute": "median"}]
+    table = parse_config({"name": "t", "data": {"table": "houses_tbl", "label": "grade", "key": "id"},
+                          "features": features, "output": {"path": str(tmp_path / "t")}})
+    result = materialize(spark, table)
+    assert sum(result.row_counts.values()) == 3  # the null grade is dropped
+    assert result.features["dataset"]["source"] == "table houses_tbl"
+    assert result.features["label"]["vocabulary"] == ["fair", "good"]
+
+    query = ("SELECT h.id, c.country, h.price, h.grade FROM houses_tbl h JOIN cities_view c ON h.city = c.city "
+             "WHERE h.grade IS NOT NULL")
+    cfg = parse_config({"name": "q", "data": {"query": query, "label": "grade", "key": "id"},
+                        "features": [{"name": "country", "type": "categorical"},
+                                     {"name": "price", "type": "numeric", "impute": "median"}],
+                        "output": {"path": str(tmp_path / "q")}})
+    result = materialize(spark, cfg)
+    assert sum(result.row_counts.values()) == 2  # ids 1 and 2: id 3 has no city, id 4 no grade
+    assert result.features["dataset"]["source"].startswith("query SELECT h.id, c.country")
+
+
+def test_a_missing_table_lists_the_catalogs_tables_and_writes_nothing(spark, tmp_path, houses):
+    from sparktrain.features.materialize import materialize
+
+    houses.write.mode("overwrite").saveAsTable("houses_listed")
+    houses.createOrReplaceTempView("houses_view")
+    cfg = parse_config({"data": {"table": "houses_lsited", "label": "grade"},
+                        "features": [{"name": "price", "type": "numeric"}], "output": {"path": str(tmp_path / "o")}})
+    with pytest.raises(ConfigError) as info:
+        materialize(spark, cfg)
+    msg = str(info.value)
+    assert msg.startswith("config key 'data.table' = 'houses_lsited': no such table or view in the catalog "
+                          "(tables and views: ")
+    assert "default.houses_listed" in msg and "houses_view" in msg and "df.write.saveAsTable" in msg
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_query_errors_name_data_query_and_the_tables(spark, houses):
+    from sparktrain.features.load import load_input
+
+    houses.createOrReplaceTempView("houses_q")
+    with pytest.raises(ConfigError) as info:
+        load_input(spark, DataConfig(query="SELECT * FROM no_such_thing"))
+    msg = str(info.value)
+    assert msg.startswith("config key 'data.query' = 'SELECT * FROM no_such_thing': Spark cannot run it: "
+                          "[TABLE_OR_VIEW_NOT_FOUND]")
+    assert "Tables and views the query can use: " in msg and "houses_q" in msg
+
+
+def test_reader_errors_carry_the_config_key(spark, tmp_path):
+    from sparktrain.features.load import load_input
+
+    (tmp_path / "a.csv").write_text("a;b\n1;2\n")
+    with pytest.raises(ConfigError, match=(r"config key 'data.options' = \{'sep': ''\}: Spark cannot read '.*a.csv' "
+                                           r"as csv: Delimiter cannot be empty. Fix data.format or data.options$")):
+        load_input(spark, DataConfig(source=str(tmp_path / "a.csv"), format="csv", options={"sep": ""}))
+    with pytest.raises(ConfigError, match=r"config key 'data.options' = \{'encoding': 'nope'\}: .*charset"):
+        load_input(spark, DataConfig(source=str(tmp_path / "a.csv"), format="csv", options={"encoding": "nope"}))
+    with pytest.raises(DatasetNotFoundError, match=r"data.source '.*nope.parquet' does not exist. Fix the path"):
+        load_input(spark, DataConfig(source=str(tmp_path / "nope.parquet")))
+
+
+def test_no_input_is_refused_before_any_job(spark):
+    from sparktrain.features.load import load_input
+
+    with pytest.raises(ConfigError, match=r"config key 'data.source' = None: no input data"):
+        load_input(spark, DataConfig())
