@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 import textwrap
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from sparktrain import __version__
 from sparktrain.errors import SparktrainError
@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="raw input: a Parquet directory or a .csv file")
     p.add_argument("--output", required=True, help="where to write the scored Parquet")
     p.add_argument("--format", choices=["parquet", "csv"], help="input format (default: by extension)")
+    p.add_argument("--option", action="append", default=[], dest="options", metavar="KEY=VALUE",
+                   help="a Spark reader option for the input, e.g. --option nullValue=NA --option sep=';' "
+                        "(CSV: header=true, inferSchema=true unless given)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///work/mlflow.db)")
     p.add_argument("--master", help="Spark master URL (default local[*])")
 
@@ -98,6 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend-store-uri", default="sqlite:///work/mlflow.db")
     p.add_argument("--artifacts-destination", default="work/mlartifacts")
     return parser
+
+
+def _options(items: List[str]) -> Dict[str, str]:
+    """``["k=v", ...]`` -> ``{k: v}`` (a ConfigError names a malformed one)."""
+    from sparktrain.errors import ConfigError
+
+    out: Dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--option", item, "use KEY=VALUE, e.g. --option nullValue=NA")
+        out[key.strip()] = value
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -131,7 +147,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                              artifacts_destination=args.artifacts_destination)
     if args.command == "score":
         return job.score_command(model_uri=args.model, input_path=args.input, output_path=args.output,
-                                 fmt=args.format, tracking_uri=args.tracking_uri, master=args.master)
+                                 fmt=args.format, tracking_uri=args.tracking_uri, master=args.master,
+                                 options=_options(args.options))
     from sparktrain.config import load_config
     cfg = load_config(args.config, overrides=args.overrides)  # validated before any Spark work
     stages: List[str] = {

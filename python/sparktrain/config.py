@@ -196,6 +196,7 @@ class TrainConfig:
     elastic: bool = False
     min_workers: Optional[int] = None
     elastic_batch: Literal["global", "per_rank"] = "global"
+    max_classes: int = 1000
     compare_baseline: bool = True
 
     def __post_init__(self) -> None:
@@ -219,6 +220,8 @@ class TrainConfig:
                 "must be >= 1 (the newest checkpoints kept, besides the best)")
         require(self.stall_timeout_s > 0, "train.stall_timeout_s", self.stall_timeout_s,
                 "must be > 0 seconds (e.g. 600): how long a rank may make no progress")
+        require(self.max_classes >= 2, "train.max_classes", self.max_classes,
+                "must be >= 2: the most classes a label may have (preprocess refuses more)")
         if self.min_workers is not None:
             require(1 <= self.min_workers <= self.num_workers, "train.min_workers", self.min_workers,
                     f"must be in [1, num_workers = {self.num_workers}]")

@@ -251,11 +251,13 @@ def _defined(cfg: JobConfig, stage: str) -> bool:
 
 
 def score_command(model_uri: str, input_path: str, output_path: str, fmt: Optional[str] = None,
-                  tracking_uri: Optional[str] = None, master: Optional[str] = None) -> int:
+                  tracking_uri: Optional[str] = None, master: Optional[str] = None,
+                  options: Optional[Dict[str, str]] = None) -> int:
     """``sparktrain score``: score raw rows with a registered model in Spark."""
     from sparktrain.track.scoring import score_path
 
     spark = get_or_create_session(master)
-    n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri)
+    n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
+                   options=options)
     print(f"scored {n:,} rows with {model_uri} -> {output_path}")
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from sparktrain.errors import ConfigError, MissingColumnError, TrackingError
 
@@ -40,14 +40,14 @@ def input_format(path: str, fmt: Optional[str] = None) -> str:
     return "parquet"
 
 
-def read_input(spark: Any, path: str, fmt: Optional[str] = None):
-    """The raw rows at ``path`` as a DataFrame (CSV: header row, types inferred)."""
+def read_input(spark: Any, path: str, fmt: Optional[str] = None, options: Optional[Dict[str, str]] = None):
+    """The raw rows at ``path`` as a DataFrame (CSV: header row, types inferred; ``options`` win)."""
     if "://" not in path and not os.path.exists(path):
         from sparktrain.errors import DatasetNotFoundError
         raise DatasetNotFoundError(f"scoring input '{path}' does not exist; pass a Parquet folder or a .csv file")
     if input_format(path, fmt) == "csv":
-        return spark.read.option("header", True).option("inferSchema", True).csv(path)
-    return spark.read.parquet(path)
+        return spark.read.options(**{"header": "true", "inferSchema": "true", **(options or {})}).csv(path)
+    return spark.read.options(**(options or {})).parquet(path)
 
 
 def signature_columns(model_uri: str) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
@@ -92,13 +92,13 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
                                             f"drop or rename them")
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
     udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=result_type, env_manager="local")
-    args = F.struct(*[F.col(n).cast(_spark_type(t)).alias(n) for n, t in inputs])
+    args = F.struct(*[F.col(n).try_cast(_spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
     tmp = "__sparktrain_scores"
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
 
 
 def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fmt: Optional[str] = None,
-               tracking_uri: Optional[str] = None) -> int:
+               tracking_uri: Optional[str] = None, options: Optional[Dict[str, str]] = None) -> int:
     """Score raw rows at ``input_path`` with ``model_uri`` and write Parquet to ``output_path``.
 
     Parameters
@@ -112,6 +112,8 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
         Parquet folder, overwritten.
     fmt : {"parquet", "csv"}, optional
         Input format; by extension when omitted.
+    options : dict, optional
+        Spark reader options (``nullValue``, ``sep``...).
     tracking_uri : str, optional
         Where the registry is (see :func:`resolve_tracking_uri`).
 
@@ -136,7 +138,7 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
     uri = store.preflight(resolve_tracking_uri(tracking_uri))
     store.configure(uri)
     check_model_uri(MlflowClient(uri, uri), model_uri)
-    df = read_input(spark, input_path, fmt)
+    df = read_input(spark, input_path, fmt, options)
     scored = score_dataframe(spark, df, model_uri, where=f"the scoring input '{input_path}'")
     scored.write.mode("overwrite").parquet(output_path)
     n = spark.read.parquet(output_path).count()

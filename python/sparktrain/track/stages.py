@@ -60,14 +60,16 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5):
 
     from pyspark.sql import functions as F
 
-    from sparktrain.datasets import load_source
+    from dataclasses import replace
+
+    from sparktrain.features.load import load_input
     from sparktrain.track.pyfunc import MLFLOW_TO_SPARK, raw_columns
 
     try:
         with open(os.path.join(dataset_root, "features.json")) as fh:
             cols = raw_columns(json.load(fh))
-        df = load_source(spark, cfg.data.source, cfg.data.format, 1)
-        return df.select([F.col(c).cast(MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
+        df = load_input(spark, replace(cfg.data, scale=1))
+        return df.select([F.col(c).try_cast(MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
         log.warning("no input example for the model: %s", exc)
         return None
