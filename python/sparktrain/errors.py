@@ -147,3 +147,18 @@ class RunMismatchError(ConfigError):
         super().__init__("runId", run_id, f"that run was started on other data or params ({listed}). Fix: unset "
                                           f"runId (every fit() is then a new run) or pick a new one, or fit with "
                                           f"the same data and params to resume it")
+
+
+class TrainingStalledError(TrainingError):
+    """A rank made no progress for ``stallTimeout`` seconds; the fit was stopped (names rank, host, epoch, step)."""
+
+    def __init__(self, info: dict, timeout: float) -> None:
+        self.info = dict(info)
+        what = "sent nothing (frozen or lost)" if info.get("silent") else \
+            f"was stuck in {info.get('phase') or 'start-up'}"
+        super().__init__(
+            f"rank {info.get('rank')} made no progress for {info.get('seconds')} s at epoch {info.get('epoch')}, "
+            f"step {info.get('step')} ({what}); stallTimeout = {timeout:g} s. The barrier stage was cancelled. "
+            f"Fix: find what blocks that rank (its data source, a deadlock in user code, a lost host), or raise "
+            f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; the run resumes from its "
+            f"last checkpoint with the same runId", rank=info.get("rank"), host=info.get("host"))

@@ -71,6 +71,19 @@ def max_concurrent_tasks(spark) -> Optional[int]:
     return int(sc.defaultParallelism)
 
 
+def free_slots(spark) -> Optional[int]:
+    """Task slots free right now: :func:`max_concurrent_tasks` less the tasks other jobs are running."""
+    total = max_concurrent_tasks(spark)
+    if total is None or is_connect(spark):
+        return total
+    tracker = spark.sparkContext.statusTracker()
+    running = 0
+    for stage_id in tracker.getActiveStageIds():
+        info = tracker.getStageInfo(stage_id)
+        running += info.numActiveTasks if info is not None else 0
+    return max(0, total - running)
+
+
 def _connect_slots(spark) -> Optional[int]:
     def number(key: str) -> Optional[int]:
         value = conf_get(spark, key)
@@ -120,6 +133,13 @@ def job_group(spark, group: str, description: str = "") -> Iterator[None]:
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
+
+
+def current_group(spark) -> Optional[str]:
+    """The job group this thread's Spark jobs run in (classic Spark), or None."""
+    if is_connect(spark):
+        return None
+    return spark.sparkContext.getLocalProperty("spark.jobGroup.id")
 
 
 def cancel_group(spark, group: str) -> None:

@@ -25,7 +25,7 @@ from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
 from sparktrain.train.inputs import exists, infer_inputs, read_features_json
-from sparktrain.train.launcher import LaunchResult, launch
+from sparktrain.train.launcher import ElasticPolicy, LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams
 from sparktrain.train.plan import TrainingPlan
@@ -270,7 +270,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  self._framework, plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new",
                  plan.run_id, len(plan.inputs.numeric), len(plan.inputs.categorical), plan.inputs.task)
         planned = time.perf_counter() - t0
-        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
+        elastic = ElasticPolicy(self.getMinWorkers() or plan.spec.num_workers) if self.getElastic() else None
+        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress, elastic=elastic)
         result.plan_s = planned
         self.last_launch = result
         model = self.model_from_plan(plan, result.model_bytes, result.history)

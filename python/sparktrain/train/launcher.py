@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 from sparktrain._internal import spark_compat
-from sparktrain.errors import TrainingError
+from sparktrain.errors import TrainingError, TrainingStalledError
 from sparktrain.train._executor.spec import WorkerSpec
 from sparktrain.train._executor.task import ERROR_MARKER, RESULT_SCHEMA, make_task
 from sparktrain.train.progress import ProgressServer, TrainingCallback
+from sparktrain.train.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class LaunchResult:
     first_step_s: Optional[float] = None
     hosts: Dict[int, str] = field(default_factory=dict)
     plan_s: float = 0.0  # driver time before the launch (plan + preflight), set by fit()
+    world_sizes: List[int] = field(default_factory=list)  # one per launch (elastic relaunches add one)
 
     @property
     def fit_to_first_step_s(self) -> Optional[float]:
@@ -61,16 +63,66 @@ class _FirstStep:
             self.t = time.perf_counter()
 
 
-def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True
-           ) -> LaunchResult:
-    """Train with ``spec.num_workers`` barrier tasks; raise :class:`TrainingError` on failure."""
+@dataclass(frozen=True)
+class ElasticPolicy:
+    """``train.elastic``: after a failure, continue on the free slots if there are at least ``min_workers``."""
+
+    min_workers: int
+
+
+def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True,
+           elastic: Optional[ElasticPolicy] = None) -> LaunchResult:
+    """Train with ``spec.num_workers`` barrier tasks; raise :class:`TrainingError` on failure.
+
+    Spark retries a failed barrier stage on the same number of workers (up to
+    ``spark.task.maxFailures``); every retry resumes from the last checkpoint.
+    With ``elastic``, a failure after which fewer slots are free than
+    ``num_workers`` (an executor lost) continues on the free slots, if at least
+    ``elastic.min_workers``, from the same checkpoint.
+    """
     t0 = time.perf_counter()
+    relaunches = 0
+    sizes = [spec.num_workers]
+    while True:
+        try:
+            result = _launch_once(spark, spec, callbacks, show_bar, t0)
+            result.world_sizes = sizes
+            return result
+        except TrainingStalledError:
+            raise
+        except TrainingError as exc:
+            if elastic is None or relaunches >= max(1, spark_compat.task_max_failures(spark)):
+                raise
+            free = spark_compat.free_slots(spark)
+            if free is None or free >= spec.num_workers:
+                raise  # not a lost executor: the same failure would happen again
+            if free < elastic.min_workers:
+                raise TrainingError(f"{exc.args[0] if exc.args else exc} -- and only {free} task slot(s) are free, "
+                                    f"fewer than minWorkers = {elastic.min_workers}; resume later with the same "
+                                    f"runId ({spec.run_id}) when the cluster has room", rank=exc.rank,
+                                    host=exc.host) from exc
+            relaunches += 1
+            log.warning("run %s: a rank failed (%s) and only %d slot(s) are free: continuing on %d worker(s) from "
+                        "the last checkpoint", spec.run_id, str(exc).splitlines()[0][:200], free, free)
+            spec = replace(spec, num_workers=free)
+            sizes.append(free)
+
+
+def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback], show_bar: bool,
+                 t0: float) -> LaunchResult:
     first = _FirstStep()
     host = spark_compat.driver_host(spark)
     server = ProgressServer(host, [first, *callbacks], epochs=spec.epochs, show_bar=show_bar) if host else None
+    group = spark_compat.current_group(spark)
+    own_group = group is None
+    group = group or f"sparktrain-{spec.run_id}-{uuid.uuid4().hex[:8]}"
+    watchdog: Optional[StallWatchdog] = None
     try:
         if server is not None:
             spec = replace(spec, progress_address=server.address, token=server.token)
+            watchdog = StallWatchdog(spec.num_workers, spec.stall_timeout_s,
+                                     on_stall=lambda info: spark_compat.cancel_group(spark, group))
+            server.listeners.append(watchdog)
         spec = replace(spec, max_attempts=spark_compat.task_max_failures(spark), launch_id=uuid.uuid4().hex[:12])
         n = spec.num_workers
         # The shuffle after the barrier stage makes it a ShuffleMapStage: Spark retries a failed barrier
@@ -78,10 +130,19 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
         df = (spark.range(0, n, 1, numPartitions=n)
               .mapInArrow(make_task(spec), RESULT_SCHEMA, barrier=True).repartition(1))
         try:
-            rows = df.collect()
+            if own_group:
+                with spark_compat.job_group(spark, group, f"sparktrain training, run {spec.run_id}"):
+                    rows = df.collect()
+            else:  # already in a caller's job group (a tuning trial): a stall cancels that group
+                rows = df.collect()
         except Exception as exc:  # py4j / PythonException / Connect errors
+            stalled = watchdog.stalled if watchdog is not None else None
+            if stalled is not None:
+                raise TrainingStalledError(stalled, spec.stall_timeout_s) from exc
             raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None)) from exc
     finally:
+        if watchdog is not None:
+            watchdog.close()
         if server is not None:
             time.sleep(0.05)  # let the last events drain
             server.close()

@@ -42,8 +42,10 @@ def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int) -> None:
     """Test hook: ``SPARKTRAIN_FAULT_INJECT=rank:epoch:step[:kind]`` fails that rank there.
 
     ``kind`` is ``exit`` (``os._exit(3)``: a crashed worker, only on the
-    stage's first attempt, so a retried stage succeeds) or ``raise`` (a Python
-    exception on every attempt, like a bug in user code).
+    stage's first attempt, so a retried stage succeeds), ``raise`` (a Python
+    exception on every attempt, like a bug in user code), ``hang`` (the rank
+    blocks for good, like a stuck data source) or ``ckpt`` (dies while writing
+    the checkpoint of that step, see ``loop._maybe_fail_in_checkpoint``).
     """
     spec = os.environ.get(FAULT_ENV)
     if not spec:
@@ -56,4 +58,8 @@ def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int) -> None:
     if (rank, f_epoch, f_step) == (ctx.rank, epoch, step):
         if kind == "raise":
             raise ValueError(f"injected failure on rank {rank} at epoch {epoch} step {step}")
-        os._exit(3)
+        if kind == "hang":
+            import time
+            time.sleep(10 ** 6)
+        if kind == "exit":
+            os._exit(3)

@@ -113,11 +113,13 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
         window = np.zeros(2)
         for k, ((x_num, x_cat, y), ids) in enumerate(batches):
             done = first + k + 1
+            loop.beat.set_phase("compute")
             maybe_inject_fault(ctx, epoch, first + k)
             weight = 1.0
             if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps ranks in step
                 x_num, x_cat, y = dummy_row(x_num, x_cat, y)
                 weight = 0.0
+            loop.beat.set_phase("collective")  # the step all-reduces the gradients
             loss_sum, logits = train_step(x_num, x_cat, y, tf.constant(weight, tf.float32), global_batch)
             if weight:
                 pred = to_prediction_np(np.asarray(logits), inputs.task)
@@ -129,6 +131,8 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             if due:
                 now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
                 loop.checkpoint(epoch, now, state_vec, history, state_bytes)
+            loop.beat.set_phase("data")
+        loop.beat.set_phase("collective")
         train_time = time.perf_counter() - t0
         metrics = M.finalize(allreduce_np(state_vec), inputs.task, prefix="train_")
         if spec.val_path:

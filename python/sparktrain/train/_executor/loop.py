@@ -226,7 +226,7 @@ class _Trace:
         os.makedirs(folder, exist_ok=True)
         name = f"{spec.run_id}-{spec.launch_id}-a{ctx.attempt}-w{ctx.world_size}-r{ctx.rank}-{os.getpid()}.jsonl"
         self.fh = open(os.path.join(folder, name), "a", buffering=1)
-        self.ctx = ctx
+        self.ctx, self.launch = ctx, spec.launch_id
 
     @classmethod
     def from_env(cls, ctx: WorkerContext, spec: WorkerSpec) -> Optional["_Trace"]:
@@ -238,7 +238,7 @@ class _Trace:
 
     def write(self, epoch: int, done: int, ids: Optional[np.ndarray]) -> None:
         rows = [] if ids is None else [int(i) for i in ids]
-        self.fh.write(json.dumps({"attempt": self.ctx.attempt, "world": self.ctx.world_size, "rank": self.ctx.rank,
+        self.fh.write(json.dumps({"launch": self.launch, "attempt": self.ctx.attempt, "world": self.ctx.world_size, "rank": self.ctx.rank,
                                   "epoch": epoch, "step": done, "ids": rows}) + "\n")
 
     def close(self) -> None:

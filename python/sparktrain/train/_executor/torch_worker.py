@@ -158,6 +158,7 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
         window = np.zeros(2)
         for k, ((x_num, x_cat, y), ids) in enumerate(batches):
             done = first + k + 1
+            loop.beat.set_phase("compute")
             maybe_inject_fault(ctx, epoch, first + k)
             weight = 1.0
             if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps DDP in step
@@ -168,6 +169,7 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             logits = net(xn, xc)
             loss = loss_fn(logits, yt) * weight
             optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no argument
+            loop.beat.set_phase("collective")  # DDP all-reduces the gradients inside backward()
             loss.backward()
             optimizer.step()
             if weight:
@@ -182,6 +184,8 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             if due:
                 now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
                 loop.checkpoint(epoch, now, train_state, history, state_bytes)
+            loop.beat.set_phase("data")
+        loop.beat.set_phase("collective")
         train_time = time.perf_counter() - t0
         metrics = M.finalize(coll.allreduce_sum(train_state), inputs.task, prefix="train_")
         if spec.val_path:
@@ -264,10 +268,15 @@ def _init_process_group(spec: WorkerSpec, ctx: WorkerContext) -> None:
 
     import torch.distributed as dist
     backend = "nccl" if spec.use_gpu and _cuda() else "gloo"
-    # A rank that stops making progress fails its peers' collectives after stall_timeout_s (gloo's default
-    # is 30 min); the driver's watchdog (sparktrain.train.watchdog) reports which rank stalled.
+    # A rank that stops making progress fails its peers' collectives (gloo's default timeout is 30 min);
+    # the driver's watchdog (sparktrain.train.watchdog) names the stalled rank first, at stall_timeout_s.
     dist.init_process_group(backend, store=ctx.make_store(), rank=ctx.rank, world_size=ctx.world_size,
-                            timeout=timedelta(seconds=spec.stall_timeout_s))
+                            timeout=timedelta(seconds=collective_timeout(spec.stall_timeout_s)))
+
+
+def collective_timeout(stall_timeout_s: float) -> float:
+    """The collectives' own timeout: a backstop after the driver's watchdog (1.5 x stallTimeout + 10 s)."""
+    return 1.5 * stall_timeout_s + 10.0
 
 
 def _cuda() -> bool:

@@ -1,0 +1,118 @@
+"""The driver's stall watchdog: no rank may go ``stallTimeout`` seconds without progress.
+
+Every rank runs a heartbeat thread (:class:`~sparktrain.train._executor.loop.Heartbeat`)
+that reports, each second, its epoch, step, phase and the time of its last
+finished step, even while its training thread is blocked.  The watchdog reads
+those events from the progress channel.  When a rank has made no progress for
+``timeout`` seconds (or has sent nothing at all for that long: a frozen or
+lost process), it:
+
+1. names the culprit: a rank that stopped outside a collective (its peers
+   then wait inside one), else the rank with the oldest progress;
+2. logs the rank, host, epoch, step and phase;
+3. cancels the barrier stage's job group, so the fit returns within a few
+   seconds and raises :class:`~sparktrain.errors.TrainingStalledError`.
+
+While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
+``timeout / 4`` seconds (at least 10 s).  The ranks' own collectives time out
+later (1.5 x ``timeout`` + 10 s) as a backstop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Dict, Optional
+
+log = logging.getLogger(__name__)
+
+_COLLECTIVE_PHASES = ("collective",)
+SILENT_S = 5.0  # heartbeats come every second: this long without any event means the process is gone
+
+
+class StallWatchdog:
+    """Watch ``num_workers`` ranks; call ``on_stall(info)`` once when one stalls."""
+
+    def __init__(self, num_workers: int, timeout: float, on_stall: Callable[[Dict[str, Any]], None],
+                 poll: float = 0.5) -> None:
+        self.num_workers, self.timeout, self.on_stall = num_workers, float(timeout), on_stall
+        self.started = time.time()
+        self.ranks: Dict[int, Dict[str, Any]] = {}
+        self.stalled: Optional[Dict[str, Any]] = None
+        self._warned: Dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._poll = poll
+        self._thread = threading.Thread(target=self._run, name="sparktrain-watchdog", daemon=True)
+        self._thread.start()
+
+    def __call__(self, event: Dict[str, Any]) -> None:
+        """A progress-channel listener: every event of a rank is a sign of life, steps are progress."""
+        rank = event.get("rank")
+        if not isinstance(rank, int):
+            return
+        now = time.time()
+        with self._lock:
+            entry = self.ranks.setdefault(rank, {"progress": self.started})
+            entry["seen"] = now
+            entry["host"] = event.get("host", entry.get("host"))
+            kind = event.get("type")
+            if kind == "heartbeat":
+                entry.update(epoch=event.get("epoch"), step=event.get("step"), phase=event.get("phase"))
+                if event.get("progress_time"):
+                    entry["progress"] = max(entry["progress"], float(event["progress_time"]))
+            elif kind in ("step", "epoch"):
+                entry["progress"] = now
+                entry.update(epoch=event.get("epoch"), step=event.get("step", entry.get("step")))
+
+    def check(self, now: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """The stalled rank's facts if one has made no progress for ``timeout`` seconds, else None."""
+        now = time.time() if now is None else now
+        with self._lock:
+            states = {r: dict(self.ranks.get(r, {"progress": self.started})) for r in range(self.num_workers)}
+        ages: Dict[int, float] = {}
+        silent: Dict[int, bool] = {}
+        for r, s in states.items():  # a rank that went silent (frozen, lost): its last sign of life counts
+            quiet = now - s.get("seen", self.started)
+            silent[r] = quiet > SILENT_S
+            ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
+        worst = max(ages.values()) if ages else 0.0
+        self._warn(states, ages, now)
+        if worst < self.timeout:
+            return None
+        late = [r for r, a in ages.items() if a >= self.timeout]
+        outside = [r for r in late if states[r].get("phase") not in _COLLECTIVE_PHASES]
+        culprit = min(outside or late, key=lambda r: (states[r]["progress"], r))
+        s = states[culprit]
+        return {"rank": culprit, "host": s.get("host"), "epoch": s.get("epoch"), "step": s.get("step"),
+                "phase": s.get("phase"), "seconds": round(ages[culprit], 1),
+                "silent": silent[culprit]}
+
+    def _warn(self, states: Dict[int, Dict[str, Any]], ages: Dict[int, float], now: float) -> None:
+        every = max(10.0, self.timeout / 4)
+        for r, age in ages.items():
+            if age >= every and now - self._warned.get(r, 0.0) >= every:
+                self._warned[r] = now
+                s = states[r]
+                log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); the fit stops at %.0f s "
+                            "(stallTimeout)", r, s.get("host", "?"), age, s.get("epoch"), s.get("step"),
+                            s.get("phase", "starting"), self.timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll):
+            info = self.check()
+            if info is not None and self.stalled is None:
+                self.stalled = info
+                log.error("rank %s (host %s) made no progress for %.0f s at epoch %s, step %s (%s): stopping the "
+                          "fit", info["rank"], info["host"], info["seconds"], info["epoch"], info["step"],
+                          info["phase"] or "starting")
+                try:
+                    self.on_stall(info)
+                except Exception:  # noqa: BLE001 - cancelling is best effort; the error is raised anyway
+                    log.exception("could not cancel the stalled barrier stage")
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

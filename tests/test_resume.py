@@ -1,0 +1,181 @@
+"""Resume mid-epoch with nothing redone but the steps after the last checkpoint, on 2 -> 1 and 1 -> 2 workers.
+
+Real Spark (``local[2,2]``: a failed barrier stage is retried once), real torch / Keras, real
+process deaths (``os._exit`` in the Python worker).  Each step's row ids are traced
+(``SPARKTRAIN_TRACE_ROWS``); the rows whose updates are in the final model are the rows each
+launch trained up to the checkpoint the next launch resumed from.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_ROWS = 3200  # 2 ranks x 25 steps x 64 rows: no shard wraps, so every row once per epoch
+
+_SCRIPT = r"""
+import json, os, sys
+sys.path.insert(0, {python!r})
+from sparktrain.session import get_or_create_session
+from sparktrain.errors import TrainingError
+from sparktrain.train.estimator import {cls}
+
+spark = get_or_create_session("local[2,2]")
+out = {{}}
+
+def fit(run_id, workers, fault=None, **kw):
+    os.environ["SPARKTRAIN_TRACE_ROWS"] = "row_id:" + os.path.join({traces!r}, run_id)
+    if fault:
+        os.environ["SPARKTRAIN_FAULT_INJECT"] = fault
+    params = dict(numWorkers=workers, epochs=2, batchSize=64, learningRate=0.01, labelCol="label",
+                  store={store!r}, runId=run_id, logEverySteps=5, checkpointEverySteps=5,
+                  excludeCols=["row_id"], shuffleBuffer=256, seed=3)
+    params.update(kw)
+    est = {cls}(**params)
+    est.show_progress = False
+    try:
+        m = est.fit({dataset!r})
+        return {{"history": m.history, "attempts": est.last_launch.attempts}}
+    except TrainingError as e:
+        return {{"error": str(e).splitlines()[0]}}
+    finally:
+        os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
+
+for name, args in {scenarios}:
+    out[name] = fit(*args[:2], **args[2])
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def rows_dataset(spark, tmp_path_factory):
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    root = tmp_path_factory.mktemp("resume") / "ds"
+    df = spark.range(TRAIN_ROWS + 800).select(
+        F.col("id").cast("int").alias("row_id"), (F.rand(7) * 2 - 1).cast("float").alias("x1"),
+        (F.rand(8) * 2 - 1).cast("float").alias("x2"))
+    df = df.withColumn("label", (F.col("x1") + F.col("x2") * 0.5 > 0).cast("float"))
+    write_parquet(df.where(f"row_id < {TRAIN_ROWS}").coalesce(1), str(root / "train"), row_group_rows=1024)
+    write_parquet(df.where(f"row_id >= {TRAIN_ROWS}").coalesce(1), str(root / "validation"))
+    return str(root)
+
+
+def _run(cls: str, dataset: str, tmp_path: Path, scenarios) -> dict:
+    store, traces = str(tmp_path / "store"), str(tmp_path / "traces")
+    script = _SCRIPT.format(python=str(REPO / "python"), cls=cls, store=store, traces=traces, dataset=dataset,
+                            scenarios=repr(scenarios))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(line[0][len("RESULT "):])
+
+
+def _events(store: Path, run_id: str):
+    from sparktrain.train._executor.checkpoint import Checkpointer
+    return Checkpointer(str(store), run_id).events()
+
+
+def committed_rows(store: Path, traces: Path, run_id: str):
+    """``({epoch: Counter(row ids) in the final model}, steps redone (rank 0), [(world, from_epoch, from_step)])``."""
+    starts = [e for e in _events(store, run_id) if e["event"] in ("started", "resumed")]
+    lines = []
+    for f in sorted((traces / run_id).glob("*.jsonl")):
+        lines += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    by_start = collections.defaultdict(list)
+    for x in lines:
+        by_start[(x["launch"], x["attempt"])].append(x)
+    kept: dict = collections.defaultdict(collections.Counter)
+    redone = 0
+    for i, s in enumerate(starts):
+        mine = by_start[(s["launch"], s["attempt"])]
+        if i + 1 < len(starts):
+            nxt = starts[i + 1]
+            stop = (nxt["from_epoch"], nxt["from_step"])
+        else:
+            stop = (10 ** 9, 0)
+        for x in mine:
+            if (x["epoch"], x["step"]) <= stop or (x["epoch"] < stop[0]):
+                kept[x["epoch"]].update(x["ids"])
+            elif x["rank"] == 0:
+                redone += 1
+    return kept, redone, [(s["world_size"], s["from_epoch"], s["from_step"]) for s in starts]
+
+
+def _check_every_row_once(kept) -> None:
+    for epoch in (0, 1):
+        counts = kept[epoch]
+        assert sum(counts.values()) == TRAIN_ROWS and set(counts) == set(range(TRAIN_ROWS)), epoch
+
+
+@pytest.mark.torch
+def test_torch_mid_epoch_resume_and_elastic_world_size(rows_dataset, tmp_path):
+    scenarios = [
+        ("clean", ("clean", 2, {})),
+        ("killed", ("killed", 2, {"fault": "1:1:12:exit"})),           # rank 1's Python worker dies
+        ("ckpt_crash", ("ckpt_crash", 2, {"fault": "0:1:10:ckpt"})),   # rank 0 dies writing a checkpoint
+        ("shrink_fail", ("shrink", 2, {"fault": "1:1:12:raise"})),     # fails on both attempts...
+        ("shrink", ("shrink", 1, {})),                                  # ...then resumes on 1 worker
+        ("grow_fail", ("grow", 1, {"fault": "0:1:12:raise"})),
+        ("grow", ("grow", 2, {})),
+    ]
+    out = _run("TorchEstimator", rows_dataset, tmp_path, scenarios)
+    store, traces = tmp_path / "store", tmp_path / "traces"
+    clean = out["clean"]["history"]
+
+    # a Python worker killed mid-epoch: back at the last checkpoint (step 10), 2 steps redone
+    kept, redone, starts = committed_rows(store, traces, "killed")
+    assert starts == [(2, 0, 0), (2, 1, 10)] and redone == 2 and out["killed"]["attempts"] == 2
+    _check_every_row_once(kept)
+    for a, b in zip(out["killed"]["history"], clean):  # the same run as without the crash
+        assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-6)
+        assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-6)
+
+    # a crash while writing the checkpoint at step 10: the half-written file is ignored, step 5's is used
+    kept, redone, starts = committed_rows(store, traces, "ckpt_crash")
+    assert starts == [(2, 0, 0), (2, 1, 5)] and redone == 5
+    _check_every_row_once(kept)
+    assert out["ckpt_crash"]["history"][-1]["val_loss"] == pytest.approx(clean[-1]["val_loss"], abs=1e-6)
+
+    # 2 workers fail at epoch 1 step 12 twice; the run then continues on 1 worker from step 10
+    assert "injected failure on rank 1" in out["shrink_fail"]["error"]
+    kept, _, starts = committed_rows(store, traces, "shrink")
+    assert starts == [(2, 0, 0), (2, 1, 10), (1, 1, 10)]
+    _check_every_row_once(kept)
+    assert len(out["shrink"]["history"]) == 2
+    assert out["shrink"]["history"][-1]["val_loss"] == pytest.approx(clean[-1]["val_loss"], abs=0.05)
+    resumed = [e for e in _events(store, "shrink") if e["event"] == "resumed"][-1]
+    assert resumed["batch_size"] == 128  # the global batch (2 x 64) is kept on 1 worker
+
+    # 1 worker fails, 2 workers finish: the rest of epoch 1 re-sharded over 2 ranks
+    kept, _, starts = committed_rows(store, traces, "grow")
+    assert starts == [(1, 0, 0), (1, 1, 10), (2, 1, 10)]
+    _check_every_row_once(kept)
+    assert [e for e in _events(store, "grow") if e["event"] == "resumed"][-1]["batch_size"] == 32
+
+    # checkpoints are pruned to the newest 2 plus the best epoch's
+    names = sorted(p.name for p in (store / "killed" / "checkpoints").glob("ckpt-*.ckpt"))
+    assert 2 <= len(names) <= 3
+    assert not list((store / "ckpt_crash" / "checkpoints").glob("ckpt-*.tmp*"))
+
+
+@pytest.mark.tensorflow
+@pytest.mark.slow
+def test_keras_mid_epoch_resume_counts_every_row_once(rows_dataset, tmp_path):
+    scenarios = [("clean", ("clean", 2, {})), ("killed", ("killed", 2, {"fault": "1:1:12:exit"}))]
+    out = _run("KerasEstimator", rows_dataset, tmp_path, scenarios)
+    kept, redone, starts = committed_rows(tmp_path / "store", tmp_path / "traces", "killed")
+    assert starts == [(2, 0, 0), (2, 1, 10)] and redone == 2
+    _check_every_row_once(kept)
+    for a, b in zip(out["killed"]["history"], out["clean"]["history"]):
+        assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
