@@ -14,8 +14,9 @@ lost process), it:
    seconds and raises :class:`~sparktrain.errors.TrainingStalledError`.
 
 While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
-``timeout / 4`` seconds (at least 10 s).  The ranks' own collectives time out
-later (1.5 x ``timeout`` + 10 s) as a backstop.
+``timeout / 4`` seconds (at least 10 s).  Before its first step a rank gets
+``max(timeout, 120 s)`` to start (Python worker, framework import, rendezvous).
+The ranks' own collectives time out later (1.5 x ``timeout`` + 10 s) as a backstop.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _COLLECTIVE_PHASES = ("collective",)
 SILENT_S = 5.0  # heartbeats come every second: this long without any event means the process is gone
+STARTUP_S = 120.0  # before its first step a rank starts Python, imports its framework and meets its peers
 
 
 class StallWatchdog:
@@ -77,11 +79,11 @@ class StallWatchdog:
             quiet = now - s.get("seen", self.started)
             silent[r] = quiet > SILENT_S
             ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
-        worst = max(ages.values()) if ages else 0.0
+        limits = {r: self.timeout if s.get("step") else max(self.timeout, STARTUP_S) for r, s in states.items()}
         self._warn(states, ages, now)
-        if worst < self.timeout:
+        late = [r for r, a in ages.items() if a >= limits[r]]
+        if not late:
             return None
-        late = [r for r, a in ages.items() if a >= self.timeout]
         outside = [r for r in late if states[r].get("phase") not in _COLLECTIVE_PHASES]
         culprit = min(outside or late, key=lambda r: (states[r]["progress"], r))
         s = states[culprit]
