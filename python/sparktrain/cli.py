@@ -94,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///work/mlflow.db)")
     p.add_argument("--master", help="Spark master URL (default local[*])")
 
+    p = sub.add_parser("register", help="log and register a model kept in the store (after a tracking outage)",
+                       description="Finish the MLflow tracking of a trained model that the training store kept "
+                                   "when the tracking server was down: metrics, plots, the model, its registry "
+                                   "version and the alias rules, into the run the job had started.")
+    p.add_argument("--from-store", required=True, dest="from_store", metavar="RUN_DIR",
+                   help="the run folder the failed job printed, e.g. work/store/<run id>")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the job config's)")
+    p.add_argument("--master", help="Spark master URL (default local[*])")
+
     p = sub.add_parser("mlflow-server", help="start a real MLflow tracking server on 127.0.0.1",
                        description="Start `mlflow server` bound to 127.0.0.1 with a sqlite backend and an "
                                    "artifact root under work/. Open the printed URL for the UI.")
@@ -145,6 +154,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from sparktrain.track.server import serve_forever
         return serve_forever(port=args.port, backend_store_uri=args.backend_store_uri,
                              artifacts_destination=args.artifacts_destination)
+    if args.command == "register":
+        return job.register_command(args.from_store, tracking_uri=args.tracking_uri, master=args.master)
     if args.command == "score":
         return job.score_command(model_uri=args.model, input_path=args.input, output_path=args.output,
                                  fmt=args.format, tracking_uri=args.tracking_uri, master=args.master,

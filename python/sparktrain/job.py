@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from sparktrain.config import JobConfig
-from sparktrain.errors import ConfigError
+from sparktrain.errors import ConfigError, TrackingError
 from sparktrain.session import get_or_create_session
 
 log = logging.getLogger(__name__)
@@ -130,11 +130,17 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 result.train = train_stage(spark, cfg, dataset, callbacks=[callback] if callback else [],
                                            run_id=run.run_id if run is not None else None)
                 result.seconds["train"] = time.perf_counter() - t0
+                from sparktrain.track.bundle import save_bundle
+
+                # the model goes to the store before any MLflow call: an outage cannot lose it
+                saved = save_bundle(result.train, cfg, dataset, mlflow_run_id=run.run_id if run else None,
+                                    parent_run_id=tracker.parent.run_id if tracker and tracker.parent else None)
                 print("== train")
                 print(result.train.format())
+                print(f"model saved: {saved}")
                 if run is not None and tracker is not None and result.tracking is not None:
-                    from sparktrain.track.stages import log_training
-                    result.tracking.model = log_training(tracker, run, spark, cfg, result.train, dataset, callback)
+                    result.tracking.model = _track_training(tracker, run, spark, cfg, result.train, dataset,
+                                                            callback, saved)
         if "tune" in wanted:
             from sparktrain.tune.search import format_trials, tune_stage
 
@@ -183,6 +189,37 @@ class TrackingSummary:
                 lines.append(f"          with this store: .venv/bin/mlflow ui --backend-store-uri {self.uri} "
                              f"--host 127.0.0.1 --port 5000")
         return "\n".join(lines)
+
+
+def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "TrainResult", dataset: str,
+                    callback: Any, saved: str) -> Any:
+    """Log and register the trained model; an unreachable tracking server ends the job in seconds.
+
+    The model is already in the store (``saved``).  When MLflow does not
+    answer, the rest of the job's MLflow calls are skipped and the error says
+    where the model is and the one command that finishes the tracking.
+    """
+    from sparktrain.track.params import mask_url_password
+    from sparktrain.track.stages import log_training
+
+    try:
+        if callback is not None:
+            callback.flush(timeout=10.0)
+        tracker.check_alive(timeout=5.0)
+        return log_training(tracker, run, spark, cfg, train, dataset, callback)
+    except Exception as exc:
+        try:
+            tracker.check_alive(timeout=5.0)
+        except Exception:  # noqa: BLE001 - the server is down: that is the error to report
+            tracker.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+            run_dir = saved.rstrip("/").rsplit("/", 1)[0]
+            raise TrackingError(
+                f"the MLflow tracking server at {mask_url_password(tracker.uri)} stopped answering after training "
+                f"({tracker.down}). Nothing is lost: the trained model is in the store at {saved}. When the "
+                f"server is back, finish the tracking (metrics, model, registry and alias rules) with:\n"
+                f"  sparktrain register --from-store {run_dir} --tracking-uri {mask_url_password(tracker.uri)}"
+            ) from exc
+        raise
 
 
 def _stage(tracker: Any, name: str):
@@ -260,4 +297,16 @@ def score_command(model_uri: str, input_path: str, output_path: str, fmt: Option
     n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
                    options=options)
     print(f"scored {n:,} rows with {model_uri} -> {output_path}")
+    return 0
+
+
+def register_command(run_dir: str, tracking_uri: Optional[str] = None, master: Optional[str] = None) -> int:
+    """``sparktrain register --from-store``: log and register a model the store kept through an outage."""
+    from sparktrain.track.bundle import register_from_store
+
+    spark = get_or_create_session(master)
+    registered = register_from_store(spark, run_dir, tracking_uri=tracking_uri)
+    where = f"version {registered.version} of '{registered.name}'" if registered.version is not None else \
+        registered.model_uri
+    print(f"registered {where} from {run_dir}")
     return 0

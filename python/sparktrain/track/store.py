@@ -113,6 +113,11 @@ def get_or_create_experiment(client, name: str, artifact_location: Optional[str]
     return exp.experiment_id
 
 
+#: Bounds on each MLflow HTTP call (about 10 s worst case against a dead server), unless set by the user.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
 def configure(uri: str) -> None:
     """Point MLflow's process-wide tracking and registry URIs at ``uri``.
 
@@ -122,5 +127,9 @@ def configure(uri: str) -> None:
     import mlflow
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file otherwise
+    # MLflow's HTTP client retries 7 times with a backoff factor of 2 by default: minutes per call while a
+    # server is down. sparktrain bounds each call (a user's own settings of these variables win).
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)

@@ -106,32 +106,86 @@ class StageRun:
 class MlflowCallback:
     """A :class:`~sparktrain.train.progress.TrainingCallback` that logs epoch metrics by run id.
 
-    ``on_epoch`` logs every numeric metric with ``step=epoch``.  Steps within an
-    epoch are not logged (they would make a metric's history longer than the
-    number of epochs); the last one is kept in :attr:`last_step`.
+    ``on_epoch`` only queues the metrics: a background thread logs them with
+    ``step=epoch``, so a slow or dead tracking server never blocks training
+    (nor the progress channel).  After the first failed call the thread stops
+    calling MLflow and keeps the epochs; :meth:`log_missing` logs them later.
+    Steps within an epoch are not logged (they would make a metric's history
+    longer than the number of epochs); the last one is kept in :attr:`last_step`.
     """
 
     def __init__(self, client: Any, run_id: str) -> None:
+        import queue
+        import threading
+
         self.client = client
         self.run_id = run_id
         self.epochs_logged: Set[int] = set()
         self.last_step: Dict[str, float] = {}
+        self.failure: Optional[str] = None
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
 
     def on_step(self, epoch: int, step: int, metrics: Mapping[str, float]) -> None:
         self.last_step = {"epoch": epoch, "step": step, **metrics}
 
+    def on_world_size(self, epoch: int, step: int, old: int, new: int) -> None:
+        """An elastic change of the number of workers: recorded as a param naming where it happened."""
+        self._queue.put(("param", f"world_size_e{epoch}_s{step}", f"{old}->{new}"))
+        self._start()
+
     def on_epoch(self, epoch: int, metrics: Mapping[str, float]) -> None:
+        self._queue.put(("epoch", int(epoch), dict(metrics)))
+        self._start()
+
+    def _start(self) -> None:
+        import threading
+
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="sparktrain-mlflow", daemon=True)
+                self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None or self.failure is not None:
+                    continue
+                if item[0] == "param":
+                    self.client.log_param(self.run_id, item[1], item[2])
+                else:
+                    self._log_epoch(item[1], item[2])
+            except Exception as exc:  # noqa: BLE001 - an outage must not reach training
+                self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                log.warning("MLflow did not take the metrics of run %s (%s); training goes on, the epochs are "
+                            "in the store's history", self.run_id, self.failure)
+            finally:
+                self._queue.task_done()
+            if item is None:
+                return
+
+    def _log_epoch(self, epoch: int, metrics: Mapping[str, Any]) -> None:
         items = _metric_list({k: v for k, v in metrics.items() if k != "epoch"}, step=epoch)
         self.client.log_batch(self.run_id, metrics=items, synchronous=True)
         self.epochs_logged.add(int(epoch))
 
+    def flush(self, timeout: float = 15.0) -> bool:
+        """Wait (at most ``timeout`` s) for queued metrics; True when all were handled."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self._queue.unfinished_tasks
+
     def log_missing(self, history: list) -> int:
-        """Log epochs of ``history`` that no live event delivered (e.g. resumed ones); returns how many."""
+        """Log epochs of ``history`` not logged yet (a resumed run, an outage); returns how many."""
+        self.flush()
         n = 0
         for i, row in enumerate(history):
             epoch = int(row.get("epoch", i))
             if epoch not in self.epochs_logged:
-                self.on_epoch(epoch, row)
+                self._log_epoch(epoch, row)
                 n += 1
         return n
 
@@ -163,6 +217,17 @@ class JobTracker:
         self.experiment_id = store.get_or_create_experiment(
             self.client, cfg.tracking.experiment, store.artifact_root(self.uri, cfg.tracking.artifact_location))
         self.parent: Optional[StageRun] = None
+        self.down: Optional[str] = None  # set on an outage: later calls are skipped, not retried
+
+    def mark_down(self, reason: str) -> None:
+        """Stop calling the tracking server for the rest of the job (its runs stay RUNNING there)."""
+        self.down = reason
+
+    def check_alive(self, timeout: float = 5.0) -> None:
+        """Raise :class:`TrackingError` within ``timeout`` s when the tracking store does not answer."""
+        from sparktrain.track import store
+
+        store.preflight(self.uri, timeout=timeout)
 
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, name: str, tags: Optional[Mapping[str, Any]] = None,
@@ -249,6 +314,10 @@ class JobTracker:
 
     def _finish(self, run: StageRun, t0: float, status: str, error: Optional[BaseException],
                 job: bool = False) -> None:
+        if self.down is not None:
+            log.warning("not marking MLflow run %s %s: the tracking server is down (%s)", run.run_id, status,
+                        self.down)
+            return
         seconds = time.perf_counter() - t0
         try:
             run.log_metrics({"job_seconds" if job else "seconds": seconds})

@@ -238,7 +238,8 @@ class _Trace:
 
     def write(self, epoch: int, done: int, ids: Optional[np.ndarray]) -> None:
         rows = [] if ids is None else [int(i) for i in ids]
-        self.fh.write(json.dumps({"launch": self.launch, "attempt": self.ctx.attempt, "world": self.ctx.world_size, "rank": self.ctx.rank,
+        self.fh.write(json.dumps({"launch": self.launch, "attempt": self.ctx.attempt,
+                                  "world": self.ctx.world_size, "rank": self.ctx.rank,
                                   "epoch": epoch, "step": done, "ids": rows}) + "\n")
 
     def close(self) -> None:

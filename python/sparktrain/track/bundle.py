@@ -1,0 +1,155 @@
+"""The trained model in the store first, MLflow second: ``<store>/<run>/model/``.
+
+After ``fit`` returns, and before any MLflow call, the job writes the model
+to its run's folder in the training store, in the layout the registry gets
+(:func:`sparktrain.track.pyfunc.write_bundle`), plus the Spark ML model and
+what the tracking needs::
+
+    <store>/<run>/model/
+        network/model.bin, network/spec.json   the network (rank 0 wrote model.bin already)
+        features/features.json                 the fitted feature transforms
+        pipeline_model/                        the fitted Spark PipelineModel
+        spark_model/                           TorchModel / KerasModel.save()
+        bundle.json                            config, metrics, history, MLflow run ids
+
+A tracking outage then loses nothing: ``sparktrain register --from-store
+<store>/<run>`` logs and registers the model later, with the usual alias
+rules (:func:`register_from_store`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Dict, Optional
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FILE = "bundle.json"
+FORMAT = "sparktrain.bundle/1"
+
+
+def model_dir(store: str, run_id: str) -> str:
+    """``<store>/<run_id>/model`` (local path or URI)."""
+    return "/".join([store.rstrip("/"), run_id, "model"])
+
+
+def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optional[str] = None,
+                parent_run_id: Optional[str] = None) -> str:
+    """Write the trained model and what its tracking needs to the store; returns the model folder.
+
+    Parameters
+    ----------
+    result : TrainResult
+        From :func:`sparktrain.job.train_stage`.
+    cfg : JobConfig
+        The job's config (stored, so the tracking can be finished without it).
+    dataset_root : str
+        The materialized dataset (its ``features.json`` and pipeline go in the bundle).
+    mlflow_run_id, parent_run_id : str, optional
+        The MLflow train-stage and job runs this model belongs to, when tracking is on.
+    """
+    from sparktrain.track.pyfunc import write_bundle
+
+    model = result.model
+    target = model_dir(_store_of(cfg), model.getRunId())
+    with tempfile.TemporaryDirectory(prefix="sparktrain-bundle-") as tmp:
+        local = os.path.join(tmp, "model")
+        write_bundle(model, dataset_root, local)
+        model.write().overwrite().save(os.path.join(local, "spark_model"))
+        body: Dict[str, Any] = {
+            "format": FORMAT, "run_id": model.getRunId(), "framework": model.framework,
+            "mlflow_run_id": mlflow_run_id, "mlflow_parent_run_id": parent_run_id, "created_at": time.time(),
+            "dataset": dataset_root, "config": cfg.to_dict(), "test": result.test, "baseline": result.baseline,
+            "baseline_model": result.baseline_model, "history": result.history, "seconds": result.seconds,
+            "registered": None}
+        with open(os.path.join(local, BUNDLE_FILE), "w") as fh:
+            json.dump(body, fh, indent=1, default=str)
+        _upload(local, target)
+    log.info("model of run %s saved to %s", model.getRunId(), target)
+    return target
+
+
+def _store_of(cfg: Any) -> str:
+    store = cfg.train.store
+    return store if "://" in store else os.path.abspath(store)
+
+
+def _upload(local: str, target: str) -> None:
+    """Copy the folder ``local`` over ``target`` (a local path or a pyarrow filesystem URI)."""
+    if "://" not in target or target.startswith("file://"):
+        dest = target[len("file://"):] if target.startswith("file://") else target
+        os.makedirs(dest, exist_ok=True)
+        shutil.copytree(local, dest, dirs_exist_ok=True)
+        return
+    from pyarrow import fs as pafs
+
+    dest_fs, dest_path = pafs.FileSystem.from_uri(target)
+    dest_fs.create_dir(dest_path, recursive=True)
+    pafs.copy_files(local, dest_path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=dest_fs)
+
+
+def read_bundle(run_dir: str) -> Dict[str, Any]:
+    """``bundle.json`` of a run folder (``<store>/<run>``) or of its ``model/`` folder."""
+    from sparktrain.data import _fs
+    from sparktrain.errors import ModelNotFoundError
+
+    root = run_dir.rstrip("/")
+    candidates = [f"{root}/{BUNDLE_FILE}", f"{root}/model/{BUNDLE_FILE}"]
+    for path in candidates:
+        fs, inner = _fs.resolve(path)
+        try:
+            with fs.open_input_stream(inner) as fh:
+                body = json.loads(fh.read())
+        except (FileNotFoundError, OSError):
+            continue
+        body["_dir"] = path[: -len(BUNDLE_FILE) - 1]
+        return body
+    raise ModelNotFoundError(f"no saved model at '{run_dir}' (looked for {', '.join(candidates)}). Pass the run "
+                             f"folder the failed job printed, e.g. --from-store work/store/<run id>")
+
+
+def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = None) -> Any:
+    """Log and register a model the store kept through a tracking outage; returns its RegisteredVersion."""
+    from sparktrain.config import parse_config
+    from sparktrain.job import TrainResult
+    from sparktrain.track.stages import log_training
+    from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
+    from sparktrain.train.model import KerasModel, TorchModel
+
+    body = read_bundle(run_dir)
+    folder = body["_dir"]
+    cfg = parse_config(body["config"])
+    cls = TorchModel if body["framework"] == "torch" else KerasModel
+    model = cls.load(f"{folder}/spark_model")
+    tracker = JobTracker(cfg, uri=tracking_uri)  # preflight: still down -> a clear error, nothing changes
+    run_id = body.get("mlflow_run_id")
+    run = None
+    if run_id:
+        try:
+            tracker.client.get_run(run_id)
+            run = StageRun(tracker.client, run_id, "train")
+        except Exception:  # noqa: BLE001 - the run is not in this store: make a new one
+            run = None
+    if run is None:
+        run = tracker.start_run("train", tags={"sparktrain.kind": "stage", "sparktrain.stage": "train",
+                                               "sparktrain.from_store": folder})
+    callback = MlflowCallback(tracker.client, run.run_id)
+    for m in tracker.client.get_metric_history(run.run_id, "train_loss"):
+        callback.epochs_logged.add(int(m.step))  # epochs the live callback logged before the outage
+    result = TrainResult(model=model, test=body["test"], baseline=body["baseline"], history=body["history"],
+                         seconds=body["seconds"], baseline_model=body.get("baseline_model", "LogisticRegression"))
+    parent = body.get("mlflow_parent_run_id")
+    if parent:
+        tracker.parent = StageRun(tracker.client, parent, cfg.name)
+    registered = log_training(tracker, run, spark, cfg, result, body["dataset"], callback)
+    tracker.client.set_tag(run.run_id, "sparktrain.registered_from_store", folder)
+    tracker.end_run(run.run_id, "FINISHED")
+    if parent:
+        tracker.end_run(parent, "FINISHED")
+    tracker.parent = None
+    return registered

@@ -1,0 +1,90 @@
+"""A tracking server killed mid-training: the job ends promptly, the model is in the store, and
+``sparktrain register --from-store`` finishes the tracking once a server is back (real MLflow)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sparktrain.errors import TrackingError
+
+EPOCHS = 6
+
+
+def _wait_for_epoch(store: Path, epoch: int, stop: threading.Event) -> bool:
+    """True once some run in ``store`` logged ``epoch_finished`` for ``epoch``."""
+    import json
+
+    while not stop.is_set():
+        for log in store.glob("*/checkpoints/log.jsonl"):
+            for line in log.read_text().splitlines():
+                if line.strip():
+                    e = json.loads(line)
+                    if e.get("event") == "epoch_finished" and e.get("epoch") == epoch:
+                        return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_server_killed_mid_training_then_register_from_store(spark, tmp_path):
+    from mlflow import MlflowClient
+    from pyspark.sql import functions as F
+
+    from sparktrain.config import parse_config
+    from sparktrain.job import run_job
+    from sparktrain.track.bundle import read_bundle, register_from_store
+    from sparktrain.track.server import MlflowServer
+
+    raw = tmp_path / "raw"
+    df = spark.range(20000).select((F.rand(1) * 2 - 1).alias("a"), (F.rand(2) * 2 - 1).alias("b"),
+                                   (F.col("id") % 5).cast("string").alias("kind"))
+    df.withColumn("label", (F.col("a") + F.col("b") > 0)).write.parquet(str(raw))
+    backend, artifacts = f"sqlite:///{tmp_path / 'mlflow.db'}", str(tmp_path / "artifacts")
+    server = MlflowServer(backend, artifacts, log_path=str(tmp_path / "server.log")).start()
+    store = tmp_path / "store"
+    cfg = parse_config({
+        "name": "outage", "data": {"source": str(raw), "label": "label"},
+        "features": [{"name": "a", "type": "numeric"}, {"name": "b", "type": "numeric"},
+                     {"name": "kind", "type": "categorical"}],
+        "output": {"path": str(tmp_path / "dataset")},
+        "train": {"num_workers": 2, "epochs": EPOCHS, "batch_size": 64, "store": str(store),
+                  "compare_baseline": False},
+        "tracking": {"uri": server.url, "experiment": "outage", "model_name": "outage-model"}})
+    stop = threading.Event()
+
+    def killer() -> None:
+        if _wait_for_epoch(store, 1, stop):  # the server dies at epoch 2 of 6
+            server.stop(timeout=5)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(TrackingError) as info:
+            run_job(cfg, stages=("preprocess", "train"), spark=spark)
+    finally:
+        stop.set()
+        server.stop()
+    message = str(info.value)
+    assert "stopped answering after training" in message and "Nothing is lost" in message
+    run_dir = message.split("--from-store ")[1].split()[0]
+    bundle = read_bundle(run_dir)
+    assert len(bundle["history"]) == EPOCHS and bundle["mlflow_run_id"]
+    for part in ("network/model.bin", "features/features.json", "spark_model/metadata", "pipeline_model"):
+        assert (Path(bundle["_dir"]) / part).exists(), part
+
+    # the server is back (same stores, another port): one command finishes the tracking
+    with MlflowServer(backend, artifacts, log_path=str(tmp_path / "server2.log")) as again:
+        registered = register_from_store(spark, run_dir, tracking_uri=again.url)
+        client = MlflowClient(again.url, again.url)
+        assert registered.name == "outage-model" and registered.version == 1
+        assert client.get_model_version_by_alias("outage-model", "champion").version == "1"
+        run = client.get_run(bundle["mlflow_run_id"])
+        assert run.info.status == "FINISHED" and "test_auc" in run.data.metrics
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
+        assert sorted(steps) == list(range(EPOCHS))  # every epoch once: the ones logged live are not repeated
+        assert client.get_run(bundle["mlflow_parent_run_id"]).info.status == "FINISHED"
