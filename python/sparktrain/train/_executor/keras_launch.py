@@ -2,7 +2,10 @@
 
 TensorFlow's collective runtime can be configured once per process, and Spark
 reuses Python workers between tasks; a child process per task gives each
-training run a fresh TF.  ``TF_CONFIG`` is built from the barrier task
+training run a fresh TF.  The child has its own process group and dies with
+the task (a parent-death signal, and a kill of its group when the task fails
+or is interrupted), so a failed fit or a timed-out trial leaves no process and
+no open port behind.  ``TF_CONFIG`` is built from the barrier task
 addresses gathered with ``allGather``.
 """
 
@@ -47,8 +50,13 @@ def train_in_subprocess(spec: WorkerSpec, ctx: WorkerContext, peers: List[Dict[s
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
         log_path = os.path.join(tmp, "child.log")
         with open(log_path, "wb") as log:
-            proc = subprocess.run([spec.python or sys.executable, "-m", "sparktrain.train._executor.keras_worker",
-                                   args_path, out_path], env=env, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([spec.python or sys.executable, "-m", "sparktrain.train._executor.keras_worker",
+                                     args_path, out_path], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent)
+            try:
+                proc.wait()
+            finally:  # the task failed or was interrupted (a cancelled job): never leave the child behind
+                kill_group(proc)
         if os.path.exists(out_path):
             with open(out_path, "rb") as fh:
                 result = pickle.load(fh)
@@ -58,3 +66,38 @@ def train_in_subprocess(spec: WorkerSpec, ctx: WorkerContext, peers: List[Dict[s
         with open(log_path, "rb") as fh:
             tail = fh.read()[-6000:].decode(errors="replace")
         raise ChildFailed(f"the Keras worker process exited with code {proc.returncode}", tail)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: its own process group, and SIGKILL when the task's process dies.
+
+    Spark kills a cancelled or failed task's Python worker; ``PR_SET_PDEATHSIG``
+    makes the kernel kill the Keras child with it (Linux), so no orphan keeps
+    training or holding its TensorFlow port.
+    """
+    import signal
+
+    os.setsid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):  # not Linux: the parent's kill_group() is the only guard
+        pass
+
+
+def kill_group(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGKILL the child's process group unless it already exited (idempotent)."""
+    import signal
+
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
