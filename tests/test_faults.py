@@ -93,3 +93,48 @@ def test_keras_children_die_with_a_failed_fit_and_a_timed_out_trial(spark, small
     except Exception:  # noqa: BLE001 - every trial timed out: the search reports it; the children are the point
         pass
     assert _wait_gone() == [], "a Keras worker outlived its timed-out trial"
+
+
+_BIG_MODEL = r"""
+import json, sys
+sys.path.insert(0, {python!r})
+from pyspark.sql import functions as F
+from sparktrain.config import parse_config
+from sparktrain.job import run_job
+from sparktrain.session import get_or_create_session
+
+spark = get_or_create_session("local[2]", conf={{"spark.driver.maxResultSize": "1m"}})
+raw = {base!r} + "/raw"
+spark.range(4000).select((F.rand(1) * 2 - 1).alias("a"), (F.rand(2) * 2 - 1).alias("b")) \
+    .withColumn("label", F.col("a") > F.col("b")).write.parquet(raw)
+cfg = parse_config({{"name": "big", "data": {{"source": raw, "label": "label"}},
+                    "features": [{{"name": "a", "type": "numeric"}}, {{"name": "b", "type": "numeric"}}],
+                    "output": {{"path": {base!r} + "/dataset"}},
+                    "train": {{"num_workers": 2, "epochs": 1, "hidden_units": [1024, 512], "store": {base!r} + "/store",
+                              "compare_baseline": False}},
+                    "tracking": {{"uri": "sqlite:///" + {base!r} + "/mlflow.db", "model_name": "big"}}}})
+result = run_job(cfg, stages=("preprocess", "train"), spark=spark)
+m = result.train.model
+print("RESULT " + json.dumps({{"bytes": len(m.model_bytes), "version": result.tracking.model.version,
+                               "max": spark.sparkContext.getConf().get("spark.driver.maxResultSize")}}))
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_model_over_max_result_size_trains_and_registers(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    script = _BIG_MODEL.format(python=str(repo / "python"), base=str(tmp_path))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = json.loads(line[0][len("RESULT "):])
+    assert out["max"] == "1m" and out["bytes"] > 2 * 1024 * 1024  # the network is over twice the limit
+    assert out["version"] == 1
