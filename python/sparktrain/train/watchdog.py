@@ -89,7 +89,7 @@ class StallWatchdog:
         s = states[culprit]
         return {"rank": culprit, "host": s.get("host"), "epoch": s.get("epoch"), "step": s.get("step"),
                 "phase": s.get("phase"), "seconds": round(ages[culprit], 1),
-                "silent": silent[culprit]}
+                "silent": silent[culprit], "detected_at": now, "progress_at": s["progress"]}
 
     def _warn(self, states: Dict[int, Dict[str, Any]], ages: Dict[int, float], now: float) -> None:
         every = max(10.0, self.timeout / 4)

@@ -240,7 +240,7 @@ class _Trace:
         rows = [] if ids is None else [int(i) for i in ids]
         self.fh.write(json.dumps({"launch": self.launch, "attempt": self.ctx.attempt,
                                   "world": self.ctx.world_size, "rank": self.ctx.rank,
-                                  "epoch": epoch, "step": done, "ids": rows}) + "\n")
+                                  "epoch": epoch, "step": done, "t": time.time(), "ids": rows}) + "\n")
 
     def close(self) -> None:
         self.fh.close()

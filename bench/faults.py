@@ -1,0 +1,303 @@
+"""Faults and their designed outcomes, measured in one run next to a clean fit.
+
+Usage (from the repo root)::
+
+    PYTHONPATH=python .venv/bin/python bench/faults.py [--stall-timeout 20] [--no-flights]
+
+One ``local[2,2]`` session (a failed barrier stage is retried once) with
+``spark.driver.maxResultSize=1m`` for every row.  Rows:
+
+* **foreign output folder**: ``output.path`` on a folder holding a user's file;
+* **rank stalled**: rank 1 blocks for good at step 20 (``stallTimeout`` = 20 s);
+* **tracking server killed**: a real ``mlflow server`` dies at epoch 2 of 6;
+* **oversized model**: a 2+ MB network under ``maxResultSize=1m``;
+* **kill -9 mid-epoch**: rank 1's Python worker dies at epoch 1, step 22 (checkpoints every 10 steps);
+* **shrink 2 -> 1**: 2 workers fail at epoch 1, step 22; the run resumes on 1 worker.
+
+Each row prints the seconds from the fault to a clear error or to training
+again, whether anything was lost, and where the model is; the resume rows
+also count rows skipped / repeated (by row id) and steps redone, and compare
+the final ``val_loss`` with the clean run.  With ``--flights`` (default) the
+checkpoint overhead is measured on the flights job: samples/s with
+checkpoints every 50 steps and with the default cadence, against none.
+Results go to ``work/bench/faults.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "tests"))
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+TRAIN_ROWS = 6400  # 2 ranks x 50 steps x 64 rows
+INTERVAL = 10
+EPOCHS = 3
+
+
+def _dataset(spark, root: Path) -> str:
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    df = spark.range(TRAIN_ROWS + 1600).select(
+        F.col("id").cast("int").alias("row_id"), (F.rand(7) * 2 - 1).cast("float").alias("x1"),
+        (F.rand(8) * 2 - 1).cast("float").alias("x2"))
+    df = df.withColumn("label", (F.col("x1") * F.col("x2") > 0).cast("float"))
+    write_parquet(df.where(f"row_id < {TRAIN_ROWS}").coalesce(1), str(root / "train"), row_group_rows=1024)
+    write_parquet(df.where(f"row_id >= {TRAIN_ROWS}").coalesce(1), str(root / "validation"))
+    return str(root)
+
+
+def _fit(path: str, store: str, run_id: str, workers: int, traces: str, fault: str = "", **kw: Any):
+    from sparktrain.errors import TrainingError
+    from sparktrain.train.estimator import TorchEstimator
+
+    os.environ["SPARKTRAIN_TRACE_ROWS"] = f"row_id:{traces}/{run_id}"
+    if fault:
+        os.environ["SPARKTRAIN_FAULT_INJECT"] = fault
+    params = dict(numWorkers=workers, epochs=EPOCHS, batchSize=64, learningRate=0.01, labelCol="label", store=store,
+                  runId=run_id, logEverySteps=5, checkpointEverySteps=INTERVAL, excludeCols=["row_id"],
+                  hiddenUnits=[32, 32], seed=3)
+    params.update(kw)
+    est = TorchEstimator(**params)
+    est.show_progress = False
+    try:
+        return est.fit(path), None
+    except TrainingError as exc:
+        return None, exc
+    finally:
+        os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
+        os.environ.pop("SPARKTRAIN_TRACE_ROWS", None)
+
+
+def _resume_row(name: str, store: Path, traces: Path, run_id: str, clean_val: float, val: float) -> Dict[str, Any]:
+    from test_resume import committed_rows  # the same accounting the tests use
+
+    kept, redone, _ = committed_rows(store, traces, run_id)
+    full = collections.Counter(range(TRAIN_ROWS))
+    skipped = repeated = 0
+    for epoch in range(EPOCHS):
+        counts = kept.get(epoch, collections.Counter())
+        skipped += sum((full - counts).values())
+        repeated += sum((counts - full).values())
+    lines = []
+    for f in sorted((traces / run_id).glob("*.jsonl")):
+        lines += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    by = collections.defaultdict(list)
+    for x in lines:
+        by[(x["launch"], x["attempt"])].append(x["t"])
+    spans = sorted((min(v), max(v)) for v in by.values())
+    back = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
+    return {"row": name, "fault_to_training_s": round(max(back), 2) if back else None, "steps_redone": redone,
+            "interval": INTERVAL, "rows_skipped": skipped, "rows_repeated": repeated, "val_loss": val,
+            "clean_val_loss": clean_val, "val_loss_rel": abs(val - clean_val) / clean_val, "lost": skipped > 0}
+
+
+def _stall(path: str, store: str, timeout: float) -> Dict[str, Any]:
+    from sparktrain.errors import TrainingStalledError
+    from sparktrain.train.estimator import TorchEstimator
+
+    os.environ["SPARKTRAIN_FAULT_INJECT"] = "1:0:20:hang"
+    est = TorchEstimator(numWorkers=2, epochs=1, batchSize=64, labelCol="label", store=store, stallTimeout=timeout,
+                         excludeCols=["row_id"], logEverySteps=5)
+    est.show_progress = False
+    try:
+        est.fit(path)
+        return {"row": "rank stalled", "outcome": "no error (!)", "silent_hang": True, "lost": False}
+    except TrainingStalledError as exc:
+        raised = time.time()
+        info = exc.info
+        return {"row": "rank stalled", "fault_to_error_s": round(raised - info["progress_at"], 1),
+                "goal_s": timeout + 10, "outcome": f"TrainingStalledError naming rank {info['rank']} "
+                f"(epoch {info['epoch']}, step {info['step']}, {info['phase']})", "silent_hang": False,
+                "lost": False, "model": "last checkpoint in the store"}
+    finally:
+        os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
+
+
+def _foreign_output(spark, raw: str, base: Path) -> Dict[str, Any]:
+    from sparktrain.config import parse_config
+    from sparktrain.errors import SparktrainError
+    from sparktrain.features.materialize import run_preprocess
+
+    folder = base / "reports"
+    folder.mkdir()
+    (folder / "q3.pdf").write_bytes(b"a user's report")
+    cfg = parse_config({"name": "foreign", "data": {"source": raw, "label": "label"},
+                        "features": [{"name": "a", "type": "numeric"}], "output": {"path": str(folder)}})
+    t0 = time.perf_counter()
+    try:
+        run_preprocess(spark, cfg)
+        outcome, ok = "written (!)", False
+    except SparktrainError as exc:
+        outcome, ok = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}", True
+    survived = (folder / "q3.pdf").read_bytes() == b"a user's report"
+    return {"row": "foreign output folder", "fault_to_error_s": round(time.perf_counter() - t0, 2),
+            "outcome": outcome, "lost": not survived, "silent_hang": False, "refused": ok}
+
+
+def _outage(spark, raw: str, base: Path) -> Dict[str, Any]:
+    from sparktrain.config import parse_config
+    from sparktrain.errors import TrackingError
+    from sparktrain.job import run_job
+    from sparktrain.track.server import MlflowServer
+
+    server = MlflowServer(f"sqlite:///{base / 'mlflow.db'}", str(base / "artifacts"),
+                          log_path=str(base / "server.log")).start()
+    store = base / "store-outage"
+    cfg = parse_config({"name": "outage", "data": {"source": raw, "label": "label"},
+                        "features": [{"name": "a", "type": "numeric"}, {"name": "b", "type": "numeric"}],
+                        "output": {"path": str(base / "dataset-outage")},
+                        "train": {"num_workers": 2, "epochs": 6, "batch_size": 64, "store": str(store),
+                                  "compare_baseline": False},
+                        "tracking": {"uri": server.url, "experiment": "outage", "model_name": "outage"}})
+    killed: Dict[str, float] = {}
+
+    def killer() -> None:
+        while not killed:
+            for log in store.glob("*/checkpoints/log.jsonl"):
+                if any(json.loads(x).get("event") == "epoch_finished" and json.loads(x).get("epoch") == 1
+                       for x in log.read_text().splitlines() if x.strip()):
+                    server.stop(timeout=5)
+                    killed["at"] = time.time()
+                    return
+            time.sleep(0.1)
+
+    threading.Thread(target=killer, daemon=True).start()
+    try:
+        run_job(cfg, stages=("preprocess", "train"), spark=spark)
+        return {"row": "tracking server killed", "outcome": "no error (!)", "lost": True, "silent_hang": False}
+    except TrackingError as exc:
+        raised = time.time()
+        ends = [json.loads(x) for log in store.glob("*/checkpoints/log.jsonl") for x in log.read_text().splitlines()
+                if x.strip()]
+        trained = max(e["time"] for e in ends if e.get("event") == "epoch_finished")
+        folder = str(exc).split("the store at ")[1].split(". ")[0]
+        return {"row": "tracking server killed", "fault_to_error_s": round(raised - killed["at"], 1),
+                "after_training_s": round(raised - trained, 1), "goal_s": 60.0, "silent_hang": False,
+                "lost": not (Path(folder) / "bundle.json").is_file(), "model": folder,
+                "outcome": "TrackingError with 'sparktrain register --from-store'"}
+    finally:
+        server.stop()
+
+
+def _oversized(spark, raw: str, base: Path) -> Dict[str, Any]:
+    from sparktrain.config import parse_config
+    from sparktrain.job import run_job
+
+    cfg = parse_config({"name": "big", "data": {"source": raw, "label": "label"},
+                        "features": [{"name": "a", "type": "numeric"}, {"name": "b", "type": "numeric"}],
+                        "output": {"path": str(base / "dataset-big")},
+                        "train": {"num_workers": 2, "epochs": 1, "hidden_units": [1024, 512],
+                                  "store": str(base / "store-big"), "compare_baseline": False},
+                        "tracking": {"uri": f"sqlite:///{base / 'big.db'}", "model_name": "big"}})
+    t0 = time.perf_counter()
+    result = run_job(cfg, stages=("preprocess", "train"), spark=spark)
+    mb = len(result.train.model.model_bytes) / 2 ** 20
+    return {"row": "oversized model", "job_s": round(time.perf_counter() - t0, 1), "model_mb": round(mb, 2),
+            "outcome": f"registered version {result.tracking.model.version} (maxResultSize 1m)", "lost": False,
+            "silent_hang": False, "model": f"{cfg.train.store}/<run>/model"}
+
+
+def _overhead(spark, base: Path, repeats: int) -> Dict[str, Any]:
+    """Flights samples/s: no mid-epoch checkpoints, the default cadence (30 s), every 50 steps."""
+    from sparktrain.config import load_config
+    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.train.estimator import TorchEstimator
+
+    cfg = load_config(REPO / "conf" / "flights.yaml", overrides=["tracking.enabled=false",
+                                                                 f"output.path={base / 'flights'}"])
+    path = run_preprocess(spark, cfg).path
+    settings = {"none": dict(checkpointEverySeconds=None), "default (30 s)": {},
+                "every 50 steps": dict(checkpointEverySteps=50, checkpointEverySeconds=None)}
+    runs: Dict[str, List[float]] = {k: [] for k in settings}
+    for i in range(repeats + 1):
+        for name, kw in settings.items():
+            est = TorchEstimator(numWorkers=2, epochs=2, batchSize=512, labelCol="late", learningRate=0.002,
+                                 store=str(base / "store-overhead"), **kw)
+            est.show_progress = False
+            m = est.fit(path)
+            if i:  # the first round warms up
+                runs[name].append(statistics.mean(h["samples_per_s"] for h in m.history))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {"runs": runs, "median": med, "ratio_default": med["default (30 s)"] / med["none"],
+            "ratio_every_50": med["every 50 steps"] / med["none"]}
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--stall-timeout", type=float, default=20.0)
+    parser.add_argument("--no-flights", action="store_true", help="skip the checkpoint-overhead row")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    from pyspark.sql import functions as F
+
+    from sparktrain.session import get_or_create_session
+
+    base = Path(tempfile.mkdtemp(prefix="sparktrain-faults-"))
+    spark = get_or_create_session("local[2,2]", conf={"spark.driver.maxResultSize": "1m"})
+    spark.sparkContext.setLogLevel("ERROR")
+    raw = str(base / "raw")
+    spark.range(8000).select((F.rand(1) * 2 - 1).alias("a"), (F.rand(2) * 2 - 1).alias("b")) \
+        .withColumn("label", F.col("a") + F.col("b") > 0).write.parquet(raw)
+    path = _dataset(spark, base / "ds")
+    store, traces = base / "store", base / "traces"
+    t0 = time.perf_counter()
+    clean, _ = _fit(path, str(store), "clean", 2, str(traces))
+    clean_s = time.perf_counter() - t0
+    clean_val = clean.history[-1]["val_loss"]
+    rows: List[Dict[str, Any]] = [_foreign_output(spark, raw, base), _stall(path, str(store), args.stall_timeout),
+                                  _outage(spark, raw, base), _oversized(spark, raw, base)]
+    killed, _ = _fit(path, str(store), "killed", 2, str(traces), fault="1:1:22:exit")
+    rows.append(_resume_row("kill -9 mid-epoch", store, traces, "killed", clean_val, killed.history[-1]["val_loss"]))
+    _, err = _fit(path, str(store), "shrink", 2, str(traces), fault="1:1:22:raise")
+    shrunk, _ = _fit(path, str(store), "shrink", 1, str(traces))
+    rows.append(_resume_row("shrink 2 to 1", store, traces, "shrink", clean_val, shrunk.history[-1]["val_loss"]))
+    overhead = None if args.no_flights else _overhead(spark, base, args.repeats)
+
+    print(f"\nclean fit: {clean_s:.1f} s, val_loss {clean_val:.4f}\n")
+    print(f"{'fault':<24} {'seconds':>8}  {'goal':>6}  {'lost':<5} outcome / model")
+    for r in rows:
+        secs = r.get("fault_to_error_s", r.get("fault_to_training_s", r.get("job_s")))
+        goal = r.get("goal_s", 5.0 if "steps_redone" in r else "")
+        print(f"{r['row']:<24} {secs!s:>8}  {goal!s:>6}  {str(r['lost']):<5} {r.get('outcome', '')} "
+              f"{r.get('model', '')}")
+    for r in rows:
+        if "steps_redone" in r:
+            print(f"resume {r['row']}: rows skipped {r['rows_skipped']}, rows repeated {r['rows_repeated']}, "
+                  f"steps redone {r['steps_redone']} (interval {r['interval']}), back in {r['fault_to_training_s']} s"
+                  f"; val_loss {r['val_loss']:.4f} vs clean {r['clean_val_loss']:.4f} "
+                  f"({100 * r['val_loss_rel']:.2f}%)")
+    if overhead:
+        med = overhead["median"]
+        print(f"checkpoint overhead (flights, median of {args.repeats}): samples/s none {med['none']:,.0f}, "
+              f"default {med['default (30 s)']:,.0f} (ratio {overhead['ratio_default']:.3f}), every 50 steps "
+              f"{med['every 50 steps']:,.0f} (ratio {overhead['ratio_every_50']:.3f}); goal >= 0.95")
+    lost = sum(1 for r in rows if r.get("lost"))
+    hangs = sum(1 for r in rows if r.get("silent_hang"))
+    out = REPO / "work" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "faults.json").write_text(json.dumps({"clean_s": clean_s, "rows": rows, "overhead": overhead},
+                                                indent=1, default=str))
+    print(f"faults: {len(rows)} scenarios, {lost} lost, {hangs} silent hangs")
+    shutil.rmtree(base, ignore_errors=True)
+    return 0 if lost == 0 and hangs == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
