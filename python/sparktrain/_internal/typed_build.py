@@ -46,10 +46,10 @@ def build(cls: Type[T], data: Any, path: str) -> T:
 
 def coerce(tp: Any, value: Any, path: str) -> Any:
     """Convert a YAML value to type ``tp`` or raise a ConfigError naming ``path``."""
-    origin = get_origin(tp)
+    generic = get_origin(tp)
     if tp is Any:
         return value
-    if origin is Union:
+    if generic is Union:
         args: Any = [a for a in get_args(tp) if a is not _NONE]
         if value is None:
             if _NONE in get_args(tp):
@@ -62,12 +62,12 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
             except ConfigError as exc:
                 errors.append(exc)
         raise errors[0]
-    if origin is Literal:
+    if generic is Literal:
         allowed = get_args(tp)
         if value not in allowed:
             raise ConfigError(path, value, f"must be one of {', '.join(map(repr, allowed))}")
         return value
-    if origin in (tuple, Tuple):
+    if generic in (tuple, Tuple):
         args = get_args(tp)
         if not isinstance(value, (list, tuple)):
             raise ConfigError(path, value, "expected a list")
@@ -76,7 +76,7 @@ def coerce(tp: Any, value: Any, path: str) -> Any:
         if len(args) != len(value):
             raise ConfigError(path, value, f"expected a list of {len(args)} values")
         return tuple(coerce(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-    if origin in (dict, Dict, Mapping, typing.Mapping):
+    if generic in (dict, Dict, Mapping, typing.Mapping):
         kt, vt = get_args(tp) or (str, Any)
         if not isinstance(value, Mapping):
             raise ConfigError(path, value, "expected a mapping")

@@ -82,9 +82,9 @@ def _store_of(cfg: Any) -> str:
 def _upload(local: str, target: str) -> None:
     """Copy the folder ``local`` over ``target`` (a local path or a pyarrow filesystem URI)."""
     if "://" not in target or target.startswith("file://"):
-        dest = target[len("file://"):] if target.startswith("file://") else target
-        os.makedirs(dest, exist_ok=True)
-        shutil.copytree(local, dest, dirs_exist_ok=True)
+        dest_dir = target[len("file://"):] if target.startswith("file://") else target
+        os.makedirs(dest_dir, exist_ok=True)
+        shutil.copytree(local, dest_dir, dirs_exist_ok=True)
         return
     from pyarrow import fs as pafs
 

@@ -89,11 +89,11 @@ class SourceDataset(MetaDataset):
         paths = [local_path(p) for p in source.get("paths") or []]
         table = source.get("table")
         if table:
-            origin, name = SparkDatasetSource(table_name=str(table)), str(table)
+            src_origin, name = SparkDatasetSource(table_name=str(table)), str(table)
         else:
-            origin = SparkDatasetSource(path=paths[0] if paths else "")
+            src_origin = SparkDatasetSource(path=paths[0] if paths else "")
             name = os.path.basename(os.path.normpath(paths[0])) if paths else "source"
-        super().__init__(source=origin, name=name, digest=str(source.get("digest") or "")[:32] or None)
+        super().__init__(source=src_origin, name=name, digest=str(source.get("digest") or "")[:32] or None)
 
     @property
     def profile(self) -> Dict[str, Any]:

@@ -20,7 +20,7 @@ INSTALL = {
 
 
 def check_slots(spark, num_workers: int) -> None:
-    """Barrier mode needs every rank scheduled at once (SPARK-24819 fails late otherwise)."""
+    """Barrier mode needs every rank scheduled at once (else SPARK-24819 fails when the stage starts)."""
     slots = spark_compat.max_concurrent_tasks(spark)
     if slots is None:  # Spark Connect to a server whose settings do not say
         log.warning("cannot tell how many tasks the Spark Connect server's cluster runs at once (master %s); "

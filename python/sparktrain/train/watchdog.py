@@ -81,11 +81,11 @@ class StallWatchdog:
             ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
         limits = {r: self.timeout if s.get("step") else max(self.timeout, STARTUP_S) for r, s in states.items()}
         self._warn(states, ages, now)
-        late = [r for r, a in ages.items() if a >= limits[r]]
-        if not late:
+        overdue = [r for r, a in ages.items() if a >= limits[r]]
+        if not overdue:
             return None
-        outside = [r for r in late if states[r].get("phase") not in _COLLECTIVE_PHASES]
-        culprit = min(outside or late, key=lambda r: (states[r]["progress"], r))
+        outside = [r for r in overdue if states[r].get("phase") not in _COLLECTIVE_PHASES]
+        culprit = min(outside or overdue, key=lambda r: (states[r]["progress"], r))
         s = states[culprit]
         return {"rank": culprit, "host": s.get("host"), "epoch": s.get("epoch"), "step": s.get("step"),
                 "phase": s.get("phase"), "seconds": round(ages[culprit], 1),
