@@ -146,7 +146,7 @@ def _foreign_output(spark, raw: str, base: Path) -> Dict[str, Any]:
         outcome, ok = "written (!)", False
     except SparktrainError as exc:
         outcome, ok = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}", True
-    survived = (folder / "q3.pdf").read_bytes() == b"a user's report"
+    survived = (folder / "q3.pdf").is_file() and (folder / "q3.pdf").read_bytes() == b"a user's report"
     return {"row": "foreign output folder", "fault_to_error_s": round(time.perf_counter() - t0, 2),
             "outcome": outcome, "lost": not survived, "silent_hang": False, "refused": ok}
 
