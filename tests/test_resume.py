@@ -179,3 +179,48 @@ def test_keras_mid_epoch_resume_counts_every_row_once(rows_dataset, tmp_path):
     _check_every_row_once(kept)
     for a, b in zip(out["killed"]["history"], out["clean"]["history"]):
         assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-5)
+
+
+_TUNE = r"""
+import json, os, sys
+sys.path.insert(0, {python!r})
+from sparktrain.config import parse_config
+from sparktrain.session import get_or_create_session
+from sparktrain.tune.search import run_search
+
+spark = get_or_create_session("local[2,2]")
+out = {{}}
+for mode, fault in (("single", "0:1:12:exit"), ("distributed", "1:1:12:exit")):
+    os.environ["SPARKTRAIN_FAULT_INJECT"] = fault  # the trial's worker dies once mid-epoch
+    cfg = parse_config({{"name": "t", "data": {{"source": {dataset!r}, "label": "label"}},
+                        "train": {{"num_workers": 2, "epochs": 2, "batch_size": 64, "store": {store!r} + "/" + mode,
+                                  "checkpoint_every_steps": 5, "log_every_steps": 5, "seed": 3}},
+                        "tune": {{"mode": mode, "max_trials": 1, "parallelism": 1, "algo": "random",
+                                 "space": {{"learning_rate": {{"choice": [0.01]}}}}}},
+                        "tracking": {{"enabled": False}}}})
+    result = run_search(spark, cfg, {dataset!r})
+    os.environ.pop("SPARKTRAIN_FAULT_INJECT")
+    out[mode] = [t.status for t in result.trials]
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_tuning_trials_resume_where_they_stopped(rows_dataset, tmp_path):
+    store = tmp_path / "store"
+    script = _TUNE.format(python=str(REPO / "python"), dataset=rows_dataset, store=str(store))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, proc.stdout[-3000:] + proc.stderr[-6000:]
+    out = json.loads(line[0][len("RESULT "):])
+    assert out == {"single": ["FINISHED"], "distributed": ["FINISHED"]}
+    for mode, world in (("single", 1), ("distributed", 2)):
+        (run_dir,) = [p for p in (store / mode).iterdir() if (p / "checkpoints" / "log.jsonl").is_file()
+                      and not p.name.endswith("-plan")]
+        events = [json.loads(x) for x in (run_dir / "checkpoints" / "log.jsonl").read_text().splitlines()]
+        starts = [(e["event"], e["from_epoch"], e["from_step"], e["world_size"]) for e in events
+                  if e["event"] in ("started", "resumed")]
+        # checkpoints every 5 steps, the fault at step 12 of epoch 1: the retried trial continues at step 10
+        assert starts == [("started", 0, 0, world), ("resumed", 1, 10, world)], (mode, starts)

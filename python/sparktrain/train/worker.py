@@ -46,8 +46,11 @@ def train_local(spec: WorkerSpec) -> Dict[str, Any]:
     os.environ.update(spec.env)
     host = executor_host(None)
     aux = free_port(host) if spec.framework == "keras" else 0
-    ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux, attempt=0,
-                        checkpointer=Checkpointer(spec.store, spec.run_id), reporter=Reporter(None, 0, host))
+    checkpointer = Checkpointer(spec.store, spec.run_id)
+    # a retried task (its Python worker died) resumes from the trial's last checkpoint: count the earlier starts
+    attempt = sum(1 for e in checkpointer.events() if e.get("event") in ("started", "resumed"))
+    ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux,
+                        attempt=attempt, checkpointer=checkpointer, reporter=Reporter(None, 0, host))
     if spec.framework == "torch":
         from sparktrain.train._executor import torch_worker
 
