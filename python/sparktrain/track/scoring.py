@@ -15,6 +15,7 @@ import logging
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import ConfigError, MissingColumnError, TrackingError
 
 log = logging.getLogger(__name__)
@@ -163,5 +164,5 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
                                                   "input": input_path}, compute_digest=False)
         write_manifest(staging, manifest)
     n = int(manifest["num_rows"])
-    log.info("scored %d rows of %s with %s -> %s", n, input_path, model_uri, output_path)
+    log.info("scored %d rows of %s with %s -> %s", n, mask_value(input_path), model_uri, mask_value(output_path))
     return n
