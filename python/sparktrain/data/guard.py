@@ -282,8 +282,8 @@ def check_job_paths(cfg: Any, stages: Sequence[str] = ("preprocess", "train"), *
     cfg : JobConfig
     stages : sequence of str
         With ``preprocess``: ``output.path``'s location (against
-        ``data.source``, ``train.store``, the MLflow store and artifact folder,
-        ``/``, the current and home directory) and, with ``check_content``,
+        ``data.source``, ``train.store``, the MLflow store and artifact folder
+        when ``tracking.enabled``, ``/``, the current and home directory) and, with ``check_content``,
         what it holds (:func:`check_replaceable`, honouring ``output.overwrite``).
         With ``train`` or ``tune``: ``train.store``'s location.
     with_source : bool
