@@ -19,7 +19,7 @@ from sparktrain.data import (
     write_manifest,
 )
 from sparktrain.data.manifest import write_parquet
-from sparktrain.errors import ConfigError, DataError, DatasetExistsError
+from sparktrain.errors import ConfigError, DataError, DatasetExistsError, OutputNotOwnedError
 
 
 def _two_files(d):
@@ -68,6 +68,7 @@ def test_atomic_dir(tmp_path):
         assert os.path.basename(staging).startswith(".out.staging-") and not os.path.exists(staging)
         os.makedirs(staging)
         (tmp_path / os.path.basename(staging) / "f.txt").write_text("one")
+        (tmp_path / os.path.basename(staging) / MANIFEST_NAME).write_text("{}")  # sparktrain's: replaceable
         assert not final.exists()
     assert (final / "f.txt").read_text() == "one"
     # failure: nothing left, the old copy intact
@@ -82,6 +83,10 @@ def test_atomic_dir(tmp_path):
         os.makedirs(staging)
         (tmp_path / os.path.basename(staging) / "g.txt").write_text("two")
     assert os.listdir(final) == ["g.txt"] and sorted(os.listdir(tmp_path)) == ["out"]
+    with pytest.raises(OutputNotOwnedError, match="'.*out' holds g.txt, and no sparktrain marker"):
+        with atomic_dir(str(final)):  # g.txt alone carries no marker: not replaced again
+            pass
+    assert os.listdir(final) == ["g.txt"]
     with pytest.raises(DatasetExistsError, match="overwrite=False"):
         with atomic_dir(str(final), overwrite=False):
             pass

@@ -108,13 +108,14 @@ def test_failure_after_staging_leaves_the_previous_dataset_untouched(spark, flig
 
     out = tmp_path / "dataset"
     out.mkdir()
-    (out / "marker").write_text("previous run")
+    (out / "features.json").write_text("previous run")  # an earlier dataset: replaceable, kept on failure
     # passes the checks, then the vocabulary limit stops the fit (halfway: input staged, nothing fitted)
     cfg = _cfg(out, features=[{"name": "tailnum", "type": "categorical", "min_frequency": 2, "vocab_limit": 5},
                               {"name": "distance", "type": "numeric"}])
     with pytest.raises(DataError, match="more than 5 distinct values"):
         materialize(spark, cfg, flights_sample)
-    assert [p.name for p in out.iterdir()] == ["marker"]
+    assert [p.name for p in out.iterdir()] == ["features.json"]
+    assert (out / "features.json").read_text() == "previous run"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging folder left behind
 
 

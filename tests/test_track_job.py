@@ -308,6 +308,34 @@ def test_score_input_missing_a_column(job, spark, raw_rows, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previous_one(job, spark, raw_rows, tmp_path):
+    from pyspark.sql import functions as F
+
+    from sparktrain.track.scoring import score_path
+
+    uri, out = f"models:/{MODEL}@champion", tmp_path / "scored"
+    n = score_path(spark, uri, raw_rows, str(out), tracking_uri=job["uri"])
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert (manifest["written_by"], manifest["model"], manifest["num_rows"]) == ("sparktrain score", uri, n)
+    before = {p.name: p.stat().st_size for p in out.iterdir()}
+    # a job that fails while writing: one file of the input has 'distance' as a string
+    broken = tmp_path / "broken.parquet"
+    spark.read.parquet(raw_rows).write.parquet(str(broken))
+    spark.read.parquet(raw_rows).limit(1).withColumn("distance", F.col("distance").cast("string")) \
+        .write.mode("append").parquet(str(broken))
+    with pytest.raises(Exception, match="(?i)parquet|convert|distance"):
+        score_path(spark, uri, str(broken), str(out), tracking_uri=job["uri"])
+    assert {p.name: p.stat().st_size for p in out.iterdir()} == before
+    assert json.loads((out / "_manifest.json").read_text()) == manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.parquet", "scored"]  # the staging folder went
+    # again onto its own earlier output: replaced whole
+    few = tmp_path / "few.parquet"
+    spark.read.parquet(raw_rows).orderBy("flight_id").limit(10).write.parquet(str(few))
+    assert score_path(spark, uri, str(few), str(out), tracking_uri=job["uri"]) == 10
+    assert json.loads((out / "_manifest.json").read_text())["num_rows"] == 10
+    assert spark.read.parquet(str(out)).count() == 10
+
+
 def test_unknown_model_name_lists_registered_models(job, spark, raw_rows, tmp_path):
     from sparktrain.track.scoring import score_path
 

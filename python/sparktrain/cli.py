@@ -142,8 +142,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _dispatch(args)
     except SparktrainError as exc:
-        log.error("%s", exc)
-        print(f"error: {exc}", file=sys.stderr)
+        from sparktrain._internal.secrets import mask_value
+
+        text = mask_value(str(exc))  # an error may quote a URI or a config value
+        log.error("%s", text)
+        print(f"error: {text}", file=sys.stderr)
         return 1
 
 

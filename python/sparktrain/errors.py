@@ -162,3 +162,47 @@ class TrainingStalledError(TrainingError):
             f"Fix: find what blocks that rank (its data source, a deadlock in user code, a lost host), or raise "
             f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; the run resumes from its "
             f"last checkpoint with the same runId", rank=info.get("rank"), host=info.get("host"))
+
+
+class OutputNotOwnedError(SparktrainError, FileExistsError):
+    """An output folder holds files sparktrain did not write, so replacing it would destroy them.
+
+    sparktrain replaces only an empty folder or one that carries its own
+    marker (``features.json`` or ``_manifest.json``).
+
+    Parameters
+    ----------
+    path : str
+        The folder, as the user gave it.
+    what : str
+        The setting that named it (``output.path``, ``--output``).
+    entries : list of str
+        Up to a few of the names it holds (folders end in ``/``).
+    total : int
+        How many entries it holds in all.
+    markers : iterable of str
+        The marker names that would have made it sparktrain's.
+    """
+
+    def __init__(self, path: str, what: str, entries: Iterable[str], total: int,
+                 markers: Iterable[str] = ("features.json", "_manifest.json")) -> None:
+        self.path = path
+        self.what = what
+        self.entries = list(entries)
+        self.total = total
+        shown = ", ".join(self.entries[:-1]) + f" and {self.entries[-1]}" if len(self.entries) > 1 else \
+            "".join(self.entries)
+        if total > len(self.entries):
+            shown = f"{', '.join(self.entries)} and {total - len(self.entries)} more"
+        marks = " or ".join(markers)
+        super().__init__(
+            f"{what} '{path}' holds {shown}, and no sparktrain marker ({marks}): sparktrain replaces only a "
+            f"folder it wrote, or an empty one, so nothing was written or deleted. Fix: choose an empty or new "
+            f"folder for {what}, or delete '{path}' yourself if what it holds can go")
+
+    def __str__(self) -> str:  # OSError would otherwise format (errno, strerror)
+        return str(self.args[0])
+
+
+class OutputOverlapError(ConfigError):
+    """An output folder overlaps the input, the store, the MLflow store, the current or home directory, or ``/``."""

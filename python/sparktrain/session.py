@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Mapping, Optional
 
+from sparktrain._internal.secrets import mask_value
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
@@ -84,7 +86,8 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
     active = SparkSession.getActiveSession()
     if active is not None:
         if master and not _same_master(active, master):
-            log.info("reusing the active SparkSession (master %s); ignoring master=%s", _master_of(active), master)
+            log.info("reusing the active SparkSession (master %s); ignoring master=%s", mask_value(_master_of(active)),
+                     mask_value(master))
         return active
 
     settings = read_spark_defaults()
@@ -116,13 +119,13 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
         builder = builder.remote(master)
     elif submitted:
         if master:
-            log.info("launched by spark-submit: using its master; ignoring master=%s", master)
+            log.info("launched by spark-submit: using its master; ignoring master=%s", mask_value(master))
     else:
         builder = builder.master(master or default_master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    log.info("SparkSession ready: master %s, Spark %s", _master_of(spark), spark.version)
+    log.info("SparkSession ready: master %s, Spark %s", mask_value(_master_of(spark)), spark.version)
     try:
         spark.sparkContext.setLogLevel("WARN")
     except Exception:  # Spark Connect has no SparkContext

@@ -186,10 +186,11 @@ def make_spark_converter(df: Any, cache_dir: str | None = None, *, dtype: str | 
         log.info("make_spark_converter: reusing %s (%d rows)", path, manifest["num_rows"])
         return SparkDatasetConverter(path, manifest)
     fs, inner = _fs.resolve(path)
-    # A folder without a manifest is left over from something else: replace it.
+    # A folder without a manifest is left over from something else: replace it.  Its name
+    # (sparktrain-<hash of the plan>) is one only this function makes, hence owned=None.
     overwrite = _fs.info(fs, inner).type != pafs.FileType.NotFound
     try:
-        with atomic_dir(path, overwrite=overwrite) as staging:
+        with atomic_dir(path, overwrite=overwrite, owned=None) as staging:
             write_parquet(df, staging, row_group_rows, compression,
                           extra={"source": "make_spark_converter", "plan_key": key})
     except DatasetExistsError:

@@ -35,14 +35,14 @@ import json
 import logging
 import posixpath
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from sparktrain.data import _fs
+from sparktrain.data import _fs, guard
 from sparktrain.errors import ConfigError, DataError, DatasetExistsError, SchemaError
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,8 @@ def read_manifest(path: str, filesystem: pafs.FileSystem | None = None) -> dict[
 
 @contextlib.contextmanager
 def atomic_dir(final_path: str, overwrite: bool = True,
-               filesystem: pafs.FileSystem | None = None) -> Iterator[str]:
+               filesystem: pafs.FileSystem | None = None, *,
+               owned: Sequence[str] | None = guard.MARKERS) -> Iterator[str]:
     """Materialize a directory atomically: write into staging, rename on success.
 
     Yields a staging path next to ``final_path``
@@ -222,8 +223,15 @@ def atomic_dir(final_path: str, overwrite: bool = True,
     On the local filesystem and HDFS the rename is atomic.  When
     ``final_path`` already exists and ``overwrite`` is True, it is first
     renamed aside and then deleted, so readers briefly see no folder rather
-    than a mixed one.  Object stores (S3, GCS) have no rename: ``move`` copies,
-    so there the guarantee is only "complete once the manifest is there".
+    than a mixed one.  As a last line of defence it replaces only a folder
+    that is empty or carries one of the ``owned`` markers (sparktrain's
+    ``features.json`` or ``_manifest.json``), checked on entry and again
+    just before the old folder is moved aside: a user's folder raises
+    :class:`~sparktrain.errors.OutputNotOwnedError` and is left as it is.
+    Callers check earlier, before any Spark job, with
+    :func:`sparktrain.data.guard.check_replaceable`.  Object stores (S3,
+    GCS) have no rename: ``move`` copies, so there the guarantee is only
+    "complete once the manifest is there".
 
     Parameters
     ----------
@@ -235,6 +243,10 @@ def atomic_dir(final_path: str, overwrite: bool = True,
         is raised and the staging folder is removed.
     filesystem : pyarrow.fs.FileSystem, optional
         Filesystem of ``final_path``; inferred from the URI when omitted.
+    owned : sequence of str, optional
+        Marker names that make an existing folder replaceable; None replaces
+        any folder (only for a name that sparktrain alone makes, such as the
+        converter's ``sparktrain-<hash>`` cache folders).
     """
     final_path = final_path.rstrip("/")
     parent, name = posixpath.split(final_path.replace("\\", "/"))
@@ -247,6 +259,7 @@ def atomic_dir(final_path: str, overwrite: bool = True,
     if not overwrite and _fs.info(fs, final_inner).type != pafs.FileType.NotFound:
         raise DatasetExistsError(f"'{final_path}' already exists and overwrite=False. Pass overwrite=True or "
                                  f"choose another path.")
+    guard.check_replaceable(final_inner, "the target folder", markers=owned, filesystem=fs)
     fs.create_dir(posixpath.dirname(staging_inner) or "/", recursive=True)
     try:
         yield staging
@@ -259,6 +272,7 @@ def atomic_dir(final_path: str, overwrite: bool = True,
                                      f"keeping the other writer's copy.")
         trash = None
         if existing:
+            guard.check_replaceable(final_inner, "the target folder", markers=owned, filesystem=fs)
             trash = posixpath.join(posixpath.dirname(final_inner), f".{name}.old-{token}")
             fs.move(final_inner, trash)
         fs.move(staging_inner, final_inner)

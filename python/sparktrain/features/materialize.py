@@ -32,7 +32,10 @@
 
 Everything goes to a staging folder that :func:`sparktrain.data.manifest.atomic_dir`
 renames to ``output.path`` only at the end, so a failed run (a bad label, a
-bad value) leaves nothing at ``output.path``.  Layout::
+bad value) leaves nothing at ``output.path``.  Before step 1,
+:func:`sparktrain.data.guard.check_job_paths` refuses an ``output.path``
+that holds anything but an earlier dataset (``features.json``) or nothing,
+or that overlaps the input, the store or the MLflow store.  Layout::
 
     <output.path>/
       train/ validation/ test/     Parquet + _manifest.json
@@ -169,6 +172,11 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     ------
     ConfigError, MissingColumnError, SchemaError
         Before any Spark job (a label type no model learns from is a SchemaError).
+    OutputOverlapError, OutputNotOwnedError, DatasetExistsError
+        Before any Spark job: ``output.path`` is ``/``, the current or home
+        directory, overlaps ``data.source``, ``train.store`` or the MLflow
+        store, holds files sparktrain did not write, or exists with
+        ``output.overwrite: false`` (:func:`sparktrain.data.guard.check_job_paths`).
     DataError
         From the label check: null labels with ``data.drop_null_labels: false``,
         a single class, more than ``train.max_classes`` classes, NaN or infinity.
@@ -188,6 +196,7 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
+    from sparktrain.data.guard import check_job_paths
     from sparktrain.data.manifest import atomic_dir
     from sparktrain.datasets import EMBEDDED
     from sparktrain.jvm import LineageRecorder
@@ -198,6 +207,8 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     specs = cfg.features
     plan = plan_features(specs, key=key, label=label)  # config errors first
     given = df is not None
+    # output.path: where it is and what it holds, before any Spark job (sparktrain.data.guard)
+    check_job_paths(cfg, ("preprocess",), with_source=not given)
     source = "<DataFrame>" if given else cfg.data.describe()
     if stage_input is None:
         stage_input = not (not given and cfg.data.source is not None and cfg.data.format == "parquet"

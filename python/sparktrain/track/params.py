@@ -1,26 +1,13 @@
 """What a job run records about itself: masked params and system tags.
 
-Secret masking rule
--------------------
-A flattened config key (``a.b.c``) is split into words at ``.``, ``_``, ``-``
-and camelCase boundaries, lower-cased.  Its value is replaced by ``***`` when a
-word
-
-* contains ``token``, ``password``, ``passwd`` or ``secret``, or
-* is ``key``/``keys`` or ends in ``key`` (``apikey``, ``accessKey``,
-  ``spark.hadoop.fs.s3a.access.key``).
-
-Two exceptions, both because the value is a column name fixed by the config
-schema, never a credential, and masking it would make the run irreproducible:
-
-* ``data.key`` is the column the split hashes (e.g. ``customer_id``);
-* the segment after ``features.`` is a feature's (column) name, so it is not
-  matched; the setting names under it are (``features.x.api_key`` is masked).
-
-Independently of the key, a URL value with a password in it
-(``http://user:pw@host``) keeps its user and host but loses the password.
-Over-masking is preferred to under-masking: ``features.x.monkey`` would be
-masked, a ``spark.conf`` credential never leaks.
+Secrets are masked by key and by value with the rules of
+:mod:`sparktrain._internal.secrets` (re-exported here): a key whose words name
+a credential (``token``, ``password``, ``secret``, ``credential``, ``key``,
+``sas``; ``data.key`` and feature names excepted) loses its value, and any
+string value loses URL passwords, SAS query strings, ``token=``-style
+parameters (Spark Connect's ``;token=``) and bearer tokens.  The same rules
+apply to the tags (the master URL) and, through :func:`mask_value`, to what
+sparktrain logs and prints.
 """
 
 from __future__ import annotations
@@ -28,69 +15,26 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import os
-import re
 import subprocess
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Optional
+
+from sparktrain._internal.secrets import MASK, NOT_SECRET, is_secret_key, mask_secrets, mask_value
 
 log = logging.getLogger(__name__)
 
-MASK = "***"
-#: Keys whose value is a column name by the config schema (see the module docstring).
-NOT_SECRET = frozenset({"data.key"})
-_SECRET_PARTS = ("token", "password", "passwd", "secret")
-_WORD_SPLIT = re.compile(r"[._\-/\s]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_URL_PASSWORD = re.compile(r"^(?P<scheme>[a-zA-Z][\w+.\-]*://)(?P<user>[^:/@]*):(?P<pw>[^@/]*)@")
 #: Distributions whose versions every run records (missing ones are skipped).
 FRAMEWORKS = ("torch", "tensorflow", "keras", "pyspark", "mlflow", "pyarrow", "pandas", "numpy", "hyperopt")
 #: MLflow param values are limited to 6,000 characters.
 MAX_PARAM_CHARS = 6000
 
 
-def _words(key: str) -> list:
-    out = []
-    for part in _WORD_SPLIT.split(key):
-        out += [w.lower() for w in _CAMEL.split(part) if w]
-    return out
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether the dotted config ``key`` names a secret (the rule in the module docstring).
-
-    Examples
-    --------
-    >>> is_secret_key("spark.conf.spark.hadoop.fs.s3a.secret.key"), is_secret_key("data.key")
-    (True, False)
-    >>> is_secret_key("tracking.apiToken"), is_secret_key("features.monkey_key.type")
-    (True, False)
-    """
-    if key in NOT_SECRET:
-        return False
-    parts = key.split(".")
-    if parts[0] == "features" and len(parts) > 2:  # features.<column name>.<setting>
-        parts = [parts[0], *parts[2:]]
-    for word in _words(".".join(parts)):
-        if any(s in word for s in _SECRET_PARTS) or word in ("key", "keys") or word.endswith("key"):
-            return True
-    return False
-
-
 def mask_url_password(value: str) -> str:
-    """``scheme://user:pw@host...`` -> ``scheme://user:***@host...``; other strings unchanged."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", value)
+    """Mask every secret in a URL or other string (:func:`mask_value`; the name predates the value rules).
 
-
-def mask_secrets(flat: Mapping[str, Any]) -> Dict[str, Any]:
-    """A copy of a flat ``{dotted key: value}`` dict with secret values replaced by ``***``."""
-    out: Dict[str, Any] = {}
-    for k, v in flat.items():
-        if is_secret_key(k) and v is not None:
-            out[k] = MASK
-        elif isinstance(v, str):
-            out[k] = mask_url_password(v)
-        else:
-            out[k] = v
-    return out
+    ``scheme://user:pw@host`` -> ``scheme://user:***@host``, and also
+    ``;token=``/``?sig=`` parameters, SAS query strings and bearer tokens.
+    """
+    return mask_value(value)
 
 
 def job_params(cfg: Any) -> Dict[str, str]:
@@ -144,7 +88,7 @@ def git_info(path: Optional[str] = None) -> Dict[str, str]:
 
 
 def spark_master(spark: Any) -> str:
-    """The master URL of ``spark`` (works with Spark Connect too)."""
+    """The master URL of ``spark`` (works with Spark Connect too), unmasked: record it through :func:`mask_value`."""
     try:
         return str(spark.conf.get("spark.master"))
     except Exception:  # Spark Connect without the key: report the remote
@@ -158,9 +102,9 @@ def system_tags(spark: Any, cfg: Any, master: Optional[str] = None) -> Dict[str,
     tags: Dict[str, str] = {"sparktrain.version": sparktrain.__version__, "sparktrain.job": cfg.name}
     if spark is not None:
         tags["sparktrain.spark.version"] = str(spark.version)
-        tags["sparktrain.spark.master"] = spark_master(spark)
+        tags["sparktrain.spark.master"] = mask_value(spark_master(spark))
     elif master:
-        tags["sparktrain.spark.master"] = master
+        tags["sparktrain.spark.master"] = mask_value(master)
     if cfg.train is not None:
         tags["sparktrain.num_workers"] = str(cfg.train.num_workers)
         tags["sparktrain.framework"] = cfg.train.framework
@@ -175,3 +119,7 @@ def system_tags(spark: Any, cfg: Any, master: Optional[str] = None) -> Dict[str,
     if cfg.source_path:
         tags["sparktrain.config"] = os.path.abspath(cfg.source_path)
     return tags
+
+
+__all__ = ["FRAMEWORKS", "MASK", "MAX_PARAM_CHARS", "NOT_SECRET", "framework_versions", "git_info", "is_secret_key",
+           "job_params", "mask_secrets", "mask_url_password", "mask_value", "spark_master", "system_tags"]

@@ -4,7 +4,9 @@
 runs :func:`score_path`: check the model URI against the registry, check the
 input has every column of the model's signature, cast them to the signature's
 types, apply ``mlflow.pyfunc.spark_udf`` and write the input columns plus
-``prediction`` (and ``probability``).
+``prediction`` (and ``probability``), atomically, with a ``_manifest.json``.
+``--output`` must be new, empty or an earlier scored output
+(:mod:`sparktrain.data.guard`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import ConfigError, MissingColumnError, TrackingError
 
 log = logging.getLogger(__name__)
@@ -109,7 +112,10 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
     input_path : str
         Raw Parquet (folder or file) or CSV (``.csv`` file or folder of them).
     output_path : str
-        Parquet folder, overwritten.
+        Parquet folder.  Written to a staging folder and renamed into place
+        when complete, with a ``_manifest.json`` (files, rows, schema, the
+        model and input); it replaces only an earlier scored output or an
+        empty folder.
     fmt : {"parquet", "csv"}, optional
         Input format; by extension when omitted.
     options : dict, optional
@@ -129,18 +135,34 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
         lists the registered models.
     MissingColumnError
         The input lacks a column the model reads.
+    OutputNotOwnedError
+        ``output_path`` holds files sparktrain did not write (before any Spark job).
+    OutputOverlapError
+        ``output_path`` is ``/``, the current or home directory, the input or
+        around it, or the MLflow store's folder (before any Spark job).
     """
     from mlflow import MlflowClient
 
+    from sparktrain.data.guard import check_output_location, check_replaceable, mlflow_paths
+    from sparktrain.data.manifest import atomic_dir, build_manifest, write_manifest
     from sparktrain.track import store
     from sparktrain.track.registry import check_model_uri
 
-    uri = store.preflight(resolve_tracking_uri(tracking_uri))
+    raw_uri = resolve_tracking_uri(tracking_uri)
+    apart, keep_out = mlflow_paths(raw_uri)
+    check_output_location(output_path, "--output", inputs=[("--input", input_path)], keep_apart=apart,
+                          keep_out=keep_out)
+    check_replaceable(output_path, "--output")  # before the registry, the model and any Spark job
+    uri = store.preflight(raw_uri)
     store.configure(uri)
     check_model_uri(MlflowClient(uri, uri), model_uri)
     df = read_input(spark, input_path, fmt, options)
     scored = score_dataframe(spark, df, model_uri, where=f"the scoring input '{input_path}'")
-    scored.write.mode("overwrite").parquet(output_path)
-    n = spark.read.parquet(output_path).count()
-    log.info("scored %d rows of %s with %s -> %s", n, input_path, model_uri, output_path)
+    with atomic_dir(output_path) as staging:  # a failed job leaves the previous output as it was
+        scored.write.parquet(staging)
+        manifest = build_manifest(staging, extra={"written_by": "sparktrain score", "model": model_uri,
+                                                  "input": input_path}, compute_digest=False)
+        write_manifest(staging, manifest)
+    n = int(manifest["num_rows"])
+    log.info("scored %d rows of %s with %s -> %s", n, mask_value(input_path), model_uri, mask_value(output_path))
     return n

@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import TrackingError
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def serve_forever(port: int = 5000, backend_store_uri: str = "sqlite:///work/mlf
                             f"open http://{HOST}:{port} or pass --port")
     _prepare_stores(backend_store_uri, artifacts_destination)
     cmd = server_command(port, backend_store_uri, artifacts_destination)
-    print(f"MLflow UI and tracking server: http://{HOST}:{port}  (store {backend_store_uri}, "
+    print(f"MLflow UI and tracking server: http://{HOST}:{port}  (store {mask_value(backend_store_uri)}, "
           f"artifacts {artifacts_destination}); Ctrl-C stops it", flush=True)
     try:
         return subprocess.call(cmd, env=_server_env())

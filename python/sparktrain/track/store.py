@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import TrackingError
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,11 @@ def preflight(uri: str, timeout: float = 5.0) -> str:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:
                 if resp.status != 200:
-                    raise TrackingError(f"MLflow tracking server {uri} answered {resp.status} on /health; {_FIX}")
+                    raise TrackingError(f"MLflow tracking server {mask_value(uri)} answered {resp.status} on "
+                                        f"/health; {_FIX}")
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason}); {_FIX}") from exc
+            raise TrackingError(f"MLflow tracking server {mask_value(uri)} is unreachable ({reason}); {_FIX}") from exc
         return uri
     if uri.startswith("sqlite:///"):
         _writable_dir(Path(uri[len("sqlite:///"):]).parent, uri)
@@ -78,9 +80,10 @@ def _writable_dir(folder: Path, uri: str) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TrackingError(f"MLflow tracking store {uri}: cannot create folder {folder} ({exc}); {_FIX}") from exc
+        raise TrackingError(f"MLflow tracking store {mask_value(uri)}: cannot create folder {folder} ({exc}); "
+                            f"{_FIX}") from exc
     if not os.access(folder, os.W_OK):
-        raise TrackingError(f"MLflow tracking store {uri}: folder {folder} is not writable; {_FIX}")
+        raise TrackingError(f"MLflow tracking store {mask_value(uri)}: folder {folder} is not writable; {_FIX}")
 
 
 def artifact_root(uri: str, artifact_location: Optional[str]) -> Optional[str]:
@@ -105,8 +108,8 @@ def get_or_create_experiment(client, name: str, artifact_location: Optional[str]
         if exp is None:
             return client.create_experiment(name, artifact_location=artifact_location)
     except Exception as exc:
-        raise TrackingError(f"MLflow tracking store {client.tracking_uri}: cannot open experiment '{name}' "
-                            f"({type(exc).__name__}: {exc}); {_FIX}") from exc
+        raise TrackingError(f"MLflow tracking store {mask_value(client.tracking_uri)}: cannot open experiment "
+                            f"'{name}' ({type(exc).__name__}: {mask_value(str(exc))}); {_FIX}") from exc
     if exp.lifecycle_stage == LifecycleStage.DELETED:
         log.info("restoring deleted MLflow experiment '%s'", name)
         client.restore_experiment(exp.experiment_id)

@@ -1,0 +1,317 @@
+"""Guarded outputs: sparktrain replaces only folders it wrote, never a user's files.
+
+Every writer that replaces a folder (``output.path`` of ``sparktrain
+preprocess``, ``sparktrain score --output``, :func:`~sparktrain.data.manifest.atomic_dir`)
+checks two things before any Spark job:
+
+1. **What the folder holds** (:func:`check_replaceable`): nothing (absent or
+   empty), or sparktrain's own marker at its top level (:data:`MARKERS`: the
+   ``features.json`` of a materialized dataset, the ``_manifest.json`` of a
+   split, a :func:`~sparktrain.data.write_parquet` dataset or a scored output).
+   Anything else raises :class:`~sparktrain.errors.OutputNotOwnedError`,
+   naming the folder, a few of its entries and the fix.
+2. **Where the folder is** (:func:`check_output_location`): never ``/``, the
+   current directory, the home directory or a folder holding either; never
+   equal to, inside or around the input, the training store or the MLflow
+   store.  Raises :class:`~sparktrain.errors.OutputOverlapError`.
+
+:func:`check_job_paths` applies both to a job config (``output.path`` against
+``data.source``, ``train.store``, ``tracking.uri`` and
+``tracking.artifact_location``; ``train.store`` against the current and home
+directory, ``/``, the output and the source).
+
+Paths are local paths or URIs :mod:`pyarrow.fs` knows.  Local paths (and
+``file:`` URIs) are compared after :func:`os.path.realpath`, so ``.``,
+``..`` and symlinks cannot hide an overlap; other URIs compare by scheme,
+host and normalized path.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
+
+import pyarrow.fs as pafs
+
+from sparktrain.data import _fs
+from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError
+
+#: Files whose presence at a folder's top level marks it as written by sparktrain.
+MARKERS: Tuple[str, ...] = ("features.json", "_manifest.json")
+#: Entries of a refused folder that its error names.
+SHOWN_ENTRIES = 5
+_GLOB = "*?[{"
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path reduced to what overlap checks compare.
+
+    Attributes
+    ----------
+    space : str
+        ``""`` for the local filesystem, else ``scheme://host``.
+    path : str
+        Absolute, normalized POSIX path inside ``space`` (``realpath`` when local).
+    given : str
+        The path as the user wrote it (for messages).
+    """
+
+    space: str
+    path: str
+    given: str
+
+    def within(self, other: "Location") -> bool:
+        """Whether this location is ``other`` or lies inside it."""
+        if self.space != other.space:
+            return False
+        base = other.path.rstrip("/")
+        return self.path == other.path or self.path.startswith(base + "/")
+
+
+def locate(path: str) -> Location:
+    """The :class:`Location` of a local path, ``file:`` URI or other URI (a glob stops at its first pattern)."""
+    given = os.fspath(path)
+    text = _before_glob(given)
+    if text.startswith("file:"):
+        return Location("", os.path.realpath(urllib.parse.unquote(urllib.parse.urlparse(text).path) or "/"), given)
+    if "://" in text:
+        url = urllib.parse.urlparse(text)
+        return Location(f"{url.scheme.lower()}://{url.netloc}", posixpath.normpath("/" + url.path.lstrip("/")), given)
+    return Location("", os.path.realpath(text or "."), given)
+
+
+def _before_glob(path: str) -> str:
+    """``data/2024-*/x.csv`` -> ``data``: the part of a path that names real folders."""
+    if not any(c in path for c in _GLOB):
+        return path
+    parts = path.split("/")
+    kept = []
+    for part in parts:
+        if any(c in part for c in _GLOB):
+            break
+        kept.append(part)
+    return "/".join(kept) or "."
+
+
+def _entries(fs: pafs.FileSystem, inner: str) -> List[pafs.FileInfo]:
+    return sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=False)), key=lambda f: f.base_name)
+
+
+def check_replaceable(path: str, what: str = "output.path", *, markers: Optional[Sequence[str]] = MARKERS,
+                      overwrite: bool = True, filesystem: Optional[pafs.FileSystem] = None) -> None:
+    """Refuse to replace a folder that sparktrain did not write.
+
+    Accepted: ``path`` does not exist, is an empty folder, or (with
+    ``overwrite``) is a folder with one of ``markers`` at its top level.
+
+    Parameters
+    ----------
+    path : str
+        The folder to be replaced (local path or URI).
+    what : str
+        The setting that named it, for the message (``output.path``, ``--output``).
+    markers : sequence of str, optional
+        Marker file names; None accepts any folder (for a name only sparktrain
+        makes, such as the converter's ``sparktrain-<hash>`` cache folders).
+    overwrite : bool
+        When False, any existing folder (even sparktrain's) raises
+        :class:`~sparktrain.errors.DatasetExistsError`.
+    filesystem : pyarrow.fs.FileSystem, optional
+        When given, ``path`` is a path inside it.
+
+    Raises
+    ------
+    OutputNotOwnedError
+        ``path`` is a file, or a folder with other content and no marker.
+    DatasetExistsError
+        ``path`` exists and ``overwrite`` is False.
+
+    Examples
+    --------
+    >>> check_replaceable("reports")          # doctest: +SKIP
+    OutputNotOwnedError: output.path 'reports' holds notes/ and report.pdf, and no sparktrain marker ...
+    """
+    fs, inner = _fs.resolve(path, filesystem)
+    info = _fs.info(fs, inner)
+    if info.type == pafs.FileType.NotFound:
+        return
+    if not overwrite:
+        raise DatasetExistsError(f"{what} '{path}' already exists and overwrite is off (output.overwrite: false). "
+                                 f"Fix: choose a new folder, delete '{path}' yourself, or set output.overwrite: true")
+    if info.type != pafs.FileType.Directory:
+        raise OutputNotOwnedError(path, what, [f"a file ({info.size} bytes), not a folder"], 1, markers or MARKERS)
+    if markers is None:
+        return
+    entries = _entries(fs, inner)
+    if not entries:
+        return
+    if any(e.base_name in markers and e.type == pafs.FileType.File for e in entries):
+        return
+    names = [e.base_name + ("/" if e.type == pafs.FileType.Directory else "") for e in entries]
+    raise OutputNotOwnedError(path, what, names[:SHOWN_ENTRIES], len(names), markers)
+
+
+def _overlap(what: str, value: str, problem: str, fix: str) -> OutputOverlapError:
+    return OutputOverlapError(what, value, f"{problem}; replacing it would delete or change that, so nothing "
+                                           f"was written. Fix: {fix}")
+
+
+def check_output_location(path: str, what: str = "output.path", *,
+                          inputs: Iterable[Tuple[str, str]] = (),
+                          keep_apart: Iterable[Tuple[str, str]] = (),
+                          keep_out: Iterable[Tuple[str, str]] = ()) -> None:
+    """Refuse an output folder whose replacement would delete something that is not its own.
+
+    Always refused: ``/`` (or the root of a bucket), and a folder that is or
+    holds the current directory or the home directory.
+
+    Parameters
+    ----------
+    path : str
+        The output folder.
+    what : str
+        Its setting, for the message.
+    inputs : iterable of (str, str)
+        ``(name, path)`` of what the job reads: the output may be neither
+        inside it nor around it.
+    keep_apart : iterable of (str, str)
+        ``(name, path)`` of other folders the output may neither be in nor
+        hold (the training store, an MLflow file store or artifact folder).
+    keep_out : iterable of (str, str)
+        ``(name, path)`` of files or folders the output must not hold, though
+        it may lie beside or below them (an MLflow sqlite database file: the
+        output may sit in the database's folder, not be that folder).
+
+    Raises
+    ------
+    OutputOverlapError
+        Naming the setting, the value, what it overlaps and the fix.
+    """
+    out = locate(path)
+    new = "point it at a folder of its own, e.g. work/<job name>/dataset"
+    if out.path == "/":
+        raise _overlap(what, path, "it is the root of the filesystem" if not out.space else
+                       f"it is the root of {out.space}", new)
+    if not out.space:
+        for name, place in (("the current directory", os.getcwd()), ("the home directory", os.path.expanduser("~"))):
+            here = locate(place)
+            if here.within(out):
+                where = "is" if here.path == out.path else "holds"
+                raise _overlap(what, path, f"it {where} {name} ({here.path})", new)
+    for name, other in inputs:
+        _apart(out, what, path, name, other, f"{new}, beside the input")
+    for name, other in keep_apart:
+        _apart(out, what, path, name, other, f"{new}, beside {name}")
+    for name, other in keep_out:
+        if locate(other).within(out):
+            raise _overlap(what, path, f"it holds {name} '{other}'", f"{new}, not a folder that holds {name}")
+
+
+def _apart(out: Location, what: str, path: str, name: str, other: str, fix: str) -> None:
+    place = locate(other)
+    if out.path == place.path and out.space == place.space:
+        raise _overlap(what, path, f"it is {name} '{other}'", fix)
+    if out.within(place):
+        raise _overlap(what, path, f"it lies inside {name} '{other}'", fix)
+    if place.within(out):
+        raise _overlap(what, path, f"it holds {name} '{other}'", fix)
+
+
+def mlflow_paths(tracking_uri: Optional[str], artifact_location: Optional[str] = None
+                 ) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
+    """``(keep_apart, keep_out)`` for :func:`check_output_location` from MLflow's store and artifact folder.
+
+    A ``sqlite:///`` store is its database file (keep out); a ``file:`` or
+    bare-path store and a local ``artifact_location`` are folders (keep apart);
+    a server (``http(s)://``) or a remote artifact URI has nothing local to protect.
+    """
+    apart: List[Tuple[str, str]] = []
+    out: List[Tuple[str, str]] = []
+    uri = tracking_uri or ""
+    if uri.startswith("sqlite:///"):
+        db = uri[len("sqlite:///"):]
+        if db and db != ":memory:":
+            out.append((f"the MLflow store ({uri})", db))
+    elif uri.startswith("file:") or (uri and "://" not in uri):
+        apart.append((f"the MLflow store ({uri})", uri))
+    if artifact_location and (artifact_location.startswith("file:") or "://" not in artifact_location):
+        apart.append(("the MLflow artifact folder (tracking.artifact_location)", artifact_location))
+    return apart, out
+
+
+def _source_path(cfg: Any) -> Optional[str]:
+    from sparktrain.datasets import EMBEDDED
+
+    source = cfg.data.source
+    return source if source and source not in EMBEDDED else None
+
+
+def check_store_location(store: str, what: str = "train.store", *, dataset: Optional[str] = None,
+                         source: Optional[str] = None) -> None:
+    """Refuse a training store at ``/``, the current or home directory, or inside the dataset or the source.
+
+    Raises
+    ------
+    OutputOverlapError
+    """
+    loc = locate(store)
+    fix = "point it at a folder of its own, e.g. work/store"
+    if loc.path == "/":
+        raise OutputOverlapError(what, store, f"it is the root of {loc.space or 'the filesystem'}; {fix}")
+    if not loc.space:
+        for name, place in (("the current directory", os.getcwd()), ("the home directory", os.path.expanduser("~"))):
+            if locate(place).path == loc.path:
+                raise OutputOverlapError(what, store, f"it is {name}; every run would write its folders there. "
+                                                      f"Fix: {fix}")
+    for name, other in (("output.path (the materialized dataset)", dataset), ("data.source", source)):
+        if other and loc.within(locate(other)):
+            raise OutputOverlapError(what, store, f"it lies inside {name} '{other}', which preprocess replaces or "
+                                                  f"reads whole. Fix: {fix}, outside it")
+
+
+def check_job_paths(cfg: Any, stages: Sequence[str] = ("preprocess", "train"), *, with_source: bool = True,
+                    check_content: bool = True) -> None:
+    """Check a job config's output folder and training store before any Spark work.
+
+    Parameters
+    ----------
+    cfg : JobConfig
+    stages : sequence of str
+        With ``preprocess``: ``output.path``'s location (against
+        ``data.source``, ``train.store``, the MLflow store and artifact folder
+        when ``tracking.enabled``, ``/``, the current and home directory) and, with ``check_content``,
+        what it holds (:func:`check_replaceable`, honouring ``output.overwrite``).
+        With ``train`` or ``tune``: ``train.store``'s location.
+    with_source : bool
+        Compare with ``data.source`` (False when the input is a DataFrame).
+    check_content : bool
+        Also list ``output.path``'s top level.
+
+    Raises
+    ------
+    OutputOverlapError, OutputNotOwnedError, DatasetExistsError
+    """
+    source = _source_path(cfg) if with_source else None
+    store = cfg.train.store if cfg.train is not None else None
+    if "preprocess" in stages:
+        apart: List[Tuple[str, str]] = []
+        keep_out: List[Tuple[str, str]] = []
+        if store:
+            apart.append(("train.store", store))
+        if cfg.tracking.enabled:
+            apart_ml, keep_out = mlflow_paths(cfg.tracking.uri, cfg.tracking.artifact_location)
+            apart += apart_ml
+        check_output_location(cfg.output.path, "output.path", inputs=[("data.source", source)] if source else [],
+                              keep_apart=apart, keep_out=keep_out)
+        if check_content:
+            check_replaceable(cfg.output.path, "output.path", overwrite=cfg.output.overwrite)
+    if store and ("train" in stages or "tune" in stages):
+        check_store_location(store, "train.store", dataset=cfg.output.path, source=source)
+
+
+__all__ = ["MARKERS", "Location", "check_job_paths", "check_output_location", "check_replaceable",
+           "check_store_location", "locate", "mlflow_paths"]

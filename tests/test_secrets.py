@@ -1,0 +1,119 @@
+"""Secrets are masked by key and by value (sparktrain._internal.secrets) wherever sparktrain records or logs them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from sparktrain._internal.secrets import MASK, is_secret_key, mask_secrets, mask_value
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("key", [
+    "spark.conf.spark.hadoop.fs.s3a.secret.key",
+    "spark.conf.spark.hadoop.fs.s3a.session.token",
+    "spark.conf.spark.hadoop.fs.azure.sas.mycontainer.myaccount.blob.core.windows.net",
+    "spark.conf.spark.hadoop.fs.azure.account.key.myaccount.dfs.core.windows.net",  # the word is mid-key
+    "spark.conf.spark.hadoop.fs.azure.account.oauth2.client.secret",
+    "spark.conf.spark.hadoop.hadoop.security.credential.provider.path",
+    "spark.conf.spark.hadoop.google.cloud.auth.service.account.json.private.key",
+    "tracking.clientCredentials",
+    "tracking.apiToken",
+    "tracking.password",
+    "features.dep_delay.api_key",
+])
+def test_secret_keys_are_masked(key):
+    assert is_secret_key(key)
+    assert mask_secrets({key: "hunter2"}) == {key: MASK}
+
+
+@pytest.mark.parametrize("key", [
+    "data.key",                                   # the split column: a column name, never a credential
+    "features.monkey_key.type",                   # a feature (column) name is not a setting name
+    "features.token_count.type",
+    "spark.conf.spark.sql.shuffle.partitions",
+    "spark.conf.spark.sql.files.maxPartitionBytes",
+    "spark.master",
+    "train.store",
+    "tracking.uri",
+    "data.label",
+    "output.path",
+])
+def test_innocuous_keys_stay_readable(key):
+    assert not is_secret_key(key)
+    assert mask_secrets({key: "customer_id"}) == {key: "customer_id"}
+
+
+@pytest.mark.parametrize("value, masked", [
+    ("sc://spark.example.com:15002/;user_id=ana;token=abc123", "sc://spark.example.com:15002/;user_id=ana;token=***"),
+    ("sc://h:15002/;token=abc;use_ssl=true", "sc://h:15002/;token=***;use_ssl=true"),
+    ("https://bob:pa/ss@mlflow.example.com:443", "https://bob:***@mlflow.example.com:443"),
+    ("http://bob:p@ss:w/rd@127.0.0.1:5000", "http://bob:***@127.0.0.1:5000"),
+    ("https://acct.blob.core.windows.net/c?sv=2022-11-02&se=2026-01-01T00%3A00Z&sp=r&sig=Zm9vYmFy%3D",
+     "https://acct.blob.core.windows.net/c?***"),
+    ("sv=2022-11-02&ss=b&srt=sco&sp=rl&se=2026-01-01&sig=Zm9vYmFy%3D", MASK),
+    ("https://h/api?token=abc&page=2", "https://h/api?token=***&page=2"),
+    ("https://h/data.csv?X-Amz-Credential=AKIA%2F&X-Amz-Signature=f00d", "https://h/data.csv?X-Amz-Credential=***&"
+                                                                          "X-Amz-Signature=***"),
+    ("-Dfs.s3a.secret.key=abc -Xmx2g -Dspark.app.name=x", "-Dfs.s3a.secret.key=*** -Xmx2g -Dspark.app.name=x"),
+    ("Bearer eyJhbGciOi.J9", f"Bearer {MASK}"),
+])
+def test_secret_values_are_masked_whatever_the_key(value, masked):
+    assert mask_value(value) == masked
+    assert mask_secrets({"spark.conf.spark.some.setting": value}) == {"spark.conf.spark.some.setting": masked}
+
+
+@pytest.mark.parametrize("value", [
+    "sc://spark.example.com:15002/;user_id=ana",
+    "http://127.0.0.1:5000",
+    "sqlite:///work/mlflow.db",
+    "wasbs://container@acct.blob.core.windows.net/raw/",
+    "s3a://bucket/data/key=5/part-0.parquet",
+    "use KEY=VALUE, e.g. --set train.epochs=2",
+    "SELECT * FROM t WHERE key=1",
+    "",
+])
+def test_innocuous_values_stay_readable(value):
+    assert mask_value(value) == value
+
+
+def test_job_params_and_tags_of_a_spark_connect_job_hold_no_secret():
+    from sparktrain.config import load_config
+    from sparktrain.track.params import job_params, system_tags
+
+    cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
+        "spark.master=sc://connect.example.com:15002/;user_id=ana;token=tok-123",
+        "spark.conf.spark.hadoop.fs.azure.sas.c.acct.blob.core.windows.net=sv=2022&sig=sig-456",
+        "spark.conf.spark.driver.extraJavaOptions=-Dfs.s3a.secret.key=key-789",
+        "tracking.uri=https://bob:pw/with/slashes@mlflow.example.com"])
+    params = job_params(cfg)
+    assert params["spark.master"] == "sc://connect.example.com:15002/;user_id=ana;token=***"
+    assert params["spark.conf.spark.hadoop.fs.azure.sas.c.acct.blob.core.windows.net"] == MASK
+    assert params["spark.conf.spark.driver.extraJavaOptions"] == "-Dfs.s3a.secret.key=***"
+    assert params["tracking.uri"] == "https://bob:***@mlflow.example.com"
+    assert params["data.key"] == "flight_id"
+    tags = system_tags(None, cfg, master=cfg.spark.master)
+    assert tags["sparktrain.spark.master"] == "sc://connect.example.com:15002/;user_id=ana;token=***"
+    recorded = " ".join([*params.values(), *tags.values()])
+    for secret in ("tok-123", "sig-456", "key-789", "pw/with"):
+        assert secret not in recorded
+
+
+def test_tracking_errors_do_not_quote_a_url_password():
+    from sparktrain.errors import TrackingError
+    from sparktrain.track.store import preflight
+
+    with pytest.raises(TrackingError) as err:
+        preflight("http://bob:hunter2@127.0.0.1:9", timeout=2)
+    assert "http://bob:***@127.0.0.1:9 is unreachable" in str(err.value) and "hunter2" not in str(err.value)
+
+
+def test_session_logs_mask_a_spark_connect_token(spark, caplog):
+    from sparktrain.session import get_or_create_session
+
+    with caplog.at_level(logging.INFO, logger="sparktrain.session"):
+        assert get_or_create_session("sc://connect.example.com:15002/;token=tok-123") is spark
+    assert "ignoring master=sc://connect.example.com:15002/;token=***" in caplog.text
+    assert "tok-123" not in caplog.text
