@@ -81,6 +81,9 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         wanted = [s for s in wanted if s not in missing]
     if "profile" in wanted or "preprocess" in wanted:
         cfg.data.require_input()  # no input set: fail before the tracker and the JVM start
+    if {"preprocess", "train", "tune"} & set(wanted):
+        from sparktrain.data.guard import check_job_paths
+        check_job_paths(cfg, wanted)  # outputs sparktrain may not replace, overlaps: before any Spark work
     tracker = None
     if cfg.tracking.enabled:
         from sparktrain.track.tracker import JobTracker
@@ -181,13 +184,14 @@ class TrackingSummary:
         elif m is not None:
             lines.append(f"model:    {m.model_uri} (tracking.register is off)")
         if is_remote(self.uri):
-            lines.append(f"UI:       {self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
+            base = mask_url_password(self.uri).rstrip("/")
+            lines.append(f"UI:       {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         else:
             lines.append("UI:       make mlflow-server   (or: sparktrain mlflow-server), then open "
                          f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}")
             if self.uri != "sqlite:///" + os.path.abspath("work/mlflow.db"):
-                lines.append(f"          with this store: .venv/bin/mlflow ui --backend-store-uri {self.uri} "
-                             f"--host 127.0.0.1 --port 5000")
+                lines.append(f"          with this store: .venv/bin/mlflow ui --backend-store-uri "
+                             f"{mask_url_password(self.uri)} --host 127.0.0.1 --port 5000")
         return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import ModelNotFoundError, TrackingError
 
 log = logging.getLogger(__name__)
@@ -87,10 +88,11 @@ def check_model_uri(client: Any, model_uri: str) -> None:
         client.get_registered_model(name)
     except MlflowException as exc:
         if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) and "not found" not in str(exc):
-            raise TrackingError(f"cannot read registered model '{name}' from {client.tracking_uri}: {exc}") from exc
+            raise TrackingError(f"cannot read registered model '{name}' from {mask_value(client.tracking_uri)}: "
+                                f"{mask_value(str(exc))}") from exc
         names = registered_model_names(client)
         listed = ", ".join(names) if names else "(none)"
-        raise ModelNotFoundError(f"model '{name}' is not in the MLflow registry at {client.tracking_uri}. "
+        raise ModelNotFoundError(f"model '{name}' is not in the MLflow registry at {mask_value(client.tracking_uri)}. "
                                  f"Registered models: {listed}. Train one with `sparktrain run CONFIG` "
                                  f"(tracking.model_name) or fix the name in {model_uri}") from exc
     versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))

@@ -13,6 +13,7 @@ import time
 import traceback
 from typing import Any, Dict, Iterator, Mapping, Optional, Set
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import TrackingError
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,8 @@ class JobTracker:
             run = self.client.create_run(self.experiment_id, tags={k: str(v) for k, v in all_tags.items()},
                                          run_name=name)
         except Exception as exc:
-            raise TrackingError(f"cannot create an MLflow run in {self.uri}: {exc}") from exc
+            raise TrackingError(f"cannot create an MLflow run in {mask_value(self.uri)}: {mask_value(str(exc))}"
+                                ) from exc
         handle = StageRun(self.client, run.info.run_id, name)
         if params:
             handle.log_params(params)
@@ -334,7 +336,7 @@ class JobTracker:
         """The UI address of a run (``base`` defaults to the server, or http://127.0.0.1:5000)."""
         from sparktrain.track.store import is_remote
 
-        base = base or (self.uri if is_remote(self.uri) else "http://127.0.0.1:5000")
+        base = mask_value(base or (self.uri if is_remote(self.uri) else "http://127.0.0.1:5000"))
         return f"{base.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{run_id}"
 
 

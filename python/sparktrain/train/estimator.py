@@ -204,6 +204,10 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         explicit = self.isSet(self.runId)
         run_id = self.getRunId() if explicit else plan_mod.new_run_id()
         store = self._store_uri()
+        from sparktrain.data.guard import check_store_location
+
+        root = getattr(dataset, "path", dataset)
+        check_store_location(store, "store", dataset=os.fspath(root) if isinstance(root, (str, os.PathLike)) else None)
         stored = plan_mod.existing_run(store, run_id, explicit)
         try:
             return self._plan(dataset, run_id, store, stored)

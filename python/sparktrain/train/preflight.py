@@ -7,6 +7,7 @@ import logging
 from typing import Optional
 
 from sparktrain._internal import spark_compat
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import MissingDependencyError, PreflightError
 from sparktrain.train._executor.spec import WorkerSpec
 
@@ -26,12 +27,12 @@ def check_slots(spark, num_workers: int) -> None:
         log.warning("cannot tell how many tasks the Spark Connect server's cluster runs at once (master %s); "
                     "barrier mode needs %d: set spark.cores.max or spark.executor.instances and "
                     "spark.executor.cores on the server so this is checked before launch",
-                    spark_compat.master(spark), num_workers)
+                    mask_value(spark_compat.master(spark)), num_workers)
         return
     if slots < num_workers:
         raise PreflightError(
             f"numWorkers = {num_workers}, but the cluster can run only {slots} task(s) at once "
-            f"(master {spark_compat.master(spark)}). Barrier mode needs all ranks at the same time: lower "
+            f"(master {mask_value(spark_compat.master(spark))}). Barrier mode needs all ranks at the same time: lower "
             f"numWorkers (train.num_workers) to <= {slots}, or add slots (local[{num_workers}] locally; "
             "spark.executor.instances x spark.executor.cores / spark.task.cpus on a cluster).")
 
