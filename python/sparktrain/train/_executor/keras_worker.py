@@ -33,8 +33,14 @@ from sparktrain.train._executor.spec import WorkerSpec
 def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     import tensorflow as tf
 
+    # One intra-op thread per worker by default, as for torch: N workers on N cores otherwise fight for them.
+    threads = max(1, int(os.environ.get("SPARKTRAIN_TF_THREADS", os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    # All gradients in one all-reduce per step (packed), not one per variable.
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
+            bytes_per_pack=64 << 20,
             implementation=tf.distribute.experimental.CommunicationImplementation.RING))
     import keras
 
