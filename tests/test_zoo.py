@@ -51,7 +51,7 @@ def _sparktrain(cwd, *args, timeout=900):
                           capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, f"sparktrain {args[0]} exited {proc.returncode}:\n" + "\n".join(
         (proc.stdout + proc.stderr).splitlines()[-40:])
-    return proc.stdout
+    return proc.stdout + proc.stderr  # the report on stdout, the log lines on stderr
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,10 @@ def raw_root(tmp_path_factory):
 
 
 def run_and_score(name, raw_root, work, *overrides):
-    """``sparktrain run`` then ``sparktrain score`` on the raw file; returns (run stdout, scored pandas, uri)."""
+    """``sparktrain run`` then ``sparktrain score`` on the raw file.
+
+    Returns the run's output (stdout and log), the scored rows as pandas, the tracking URI and the model name.
+    """
     import pandas as pd
     import yaml
 
