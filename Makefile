@@ -83,6 +83,7 @@ bench: setup
 	$(PY) bench/preprocess.py
 	$(PY) bench/train.py --flights
 	$(PY) bench/tune.py
+	$(PY) bench/zoo.py
 
 # Horovod 0.28.1 (2023) is source-only and its C++14 flags clash with torch 2.13's C++17 headers:
 # build it with a compiler wrapper that appends -std=c++17 (torch + gloo only, ~3 min on 2 cores).

@@ -27,20 +27,26 @@ def species(spark, tmp_path_factory):
     return str(root)
 
 
+@pytest.fixture(scope="module")
+def species_model(species, tmp_path_factory):
+    from sparktrain.train.estimator import TorchEstimator
+
+    est = TorchEstimator(numWorkers=2, epochs=4, batchSize=64, learningRate=0.02, labelCol="kind",
+                         store=str(tmp_path_factory.mktemp("store")))
+    est.show_progress = False
+    return est.fit(species)
+
+
 @pytest.mark.torch
-def test_string_classes_are_predicted_as_strings(spark, species, tmp_path):
+def test_string_classes_are_predicted_as_strings(spark, species, species_model, tmp_path):
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
     from pyspark.ml.feature import IndexToString
     from pyspark.sql import functions as F
 
-    from sparktrain.train.estimator import TorchEstimator
     from sparktrain.train.evaluate import evaluate_model, mllib_baseline
     from sparktrain.train.model import TorchModel
 
-    est = TorchEstimator(numWorkers=2, epochs=4, batchSize=64, learningRate=0.02, labelCol="kind",
-                         store=str(tmp_path / "store"))
-    est.show_progress = False
-    model = est.fit(species)
+    model = species_model
     assert model.inputs.task == "multiclass" and model.inputs.num_classes == 3
     assert model.labels == model.getLabels() == ["adder", "boa", "cobra"]
     test = spark.read.parquet(f"{species}/test")
@@ -66,6 +72,23 @@ def test_string_classes_are_predicted_as_strings(spark, species, tmp_path):
     assert again == scored.agg(F.count_if(F.col("prediction") == "cobra")).first()[0]
     assert MulticlassClassificationEvaluator(labelCol="kind", metricName="accuracy").evaluate(
         model._score(test, decode=False)) == pytest.approx(acc, abs=1e-9)
+
+
+@pytest.mark.torch
+def test_confusion_matrix_of_string_classes(spark, species, species_model):
+    """Regression: the MLflow confusion matrix cast the decoded prediction ('cobra') to int and failed."""
+    import numpy as np
+
+    from sparktrain.track.plots import confusion_figure, test_score_summary
+    from sparktrain.train.evaluate import evaluate_model
+
+    test = spark.read.parquet(f"{species}/test")
+    summary = test_score_summary(species_model, test)
+    assert summary.labels == ["adder", "boa", "cobra"]
+    assert summary.rows == test.count() == 300
+    accuracy = evaluate_model(species_model, test).metrics["test_accuracy"]
+    assert np.trace(summary.confusion) / summary.rows == pytest.approx(accuracy, abs=1e-9)
+    assert confusion_figure(summary, label_name="kind") is not None
 
 
 @pytest.mark.torch

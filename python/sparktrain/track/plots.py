@@ -46,7 +46,10 @@ def test_score_summary(model: Any, df: Any) -> Optional[ScoreSummary]:
     if task not in ("binary", "multiclass"):
         return None
     label, pred, prob = model.getLabelCol(), model.getPredictionCol(), model.getProbabilityCol()
-    scored = model.transform(df)
+    # the split holds class indices: score to indices too (transform() would give the original
+    # values, e.g. 'setosa' or the integer 3, which do not cast to the index they stand for)
+    scored = model._score(df, decode=False)
+    names = [str(c) for c in model.inputs.classes]
     y = F.col(label).cast("double")
     if task == "binary":
         b = F.least(F.greatest(F.floor(F.col(prob) * BINS).cast("int"), F.lit(0)), F.lit(BINS - 1))
@@ -58,7 +61,7 @@ def test_score_summary(model: Any, df: Any) -> Optional[ScoreSummary]:
         for r in rows:
             (pos if r["y"] == 1 else neg)[r["b"]] += r["count"]
             confusion[r["y"], r["p"]] += r["count"]
-        return ScoreSummary(task, ["0", "1"], confusion, pos, neg)
+        return ScoreSummary(task, names if len(names) == 2 else ["0", "1"], confusion, pos, neg)
     k = int(model.inputs.num_classes)
     rows = (scored.where(F.col(label).isNotNull())
             .groupBy(y.cast("int").alias("y"), F.col(pred).cast("int").alias("p")).count().collect())
@@ -66,7 +69,7 @@ def test_score_summary(model: Any, df: Any) -> Optional[ScoreSummary]:
     for r in rows:
         if 0 <= r["y"] < k and 0 <= r["p"] < k:
             confusion[r["y"], r["p"]] += r["count"]
-    return ScoreSummary(task, [str(i) for i in range(k)], confusion)
+    return ScoreSummary(task, names if len(names) == k else [str(i) for i in range(k)], confusion)
 
 
 def roc_points(pos: np.ndarray, neg: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
