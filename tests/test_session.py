@@ -69,7 +69,7 @@ def test_read_spark_defaults_location(tmp_path, monkeypatch):
     assert repo_defaults["spark.sql.session.timeZone"] == "UTC"
     lines = [ln for ln in (REPO / "conf" / "spark-defaults.conf").read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
-    assert len(repo_defaults) == len(lines) == 9
+    assert len(repo_defaults) == len(lines) == 10
     other = tmp_path / "other.conf"
     other.write_text("spark.sql.session.timeZone America/New_York\n")
     monkeypatch.setenv("SPARKTRAIN_SPARK_DEFAULTS", str(other))

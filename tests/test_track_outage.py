@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -31,7 +32,20 @@ def _wait_for_epoch(store: Path, epoch: int, stop: threading.Event) -> bool:
 
 @pytest.mark.torch
 @pytest.mark.slow
-def test_server_killed_mid_training_then_register_from_store(spark, tmp_path):
+@pytest.fixture
+def restore_mlflow_uri(monkeypatch):
+    """The job points MLflow's process-wide URI (and MLFLOW_TRACKING_URI) at this test's servers: undo it."""
+    import mlflow
+
+    before = mlflow.get_tracking_uri()
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        monkeypatch.setenv(key, os.environ[key]) if key in os.environ else monkeypatch.delenv(key, raising=False)
+    yield
+    mlflow.set_tracking_uri(before)
+    mlflow.set_registry_uri(before)
+
+
+def test_server_killed_mid_training_then_register_from_store(spark, tmp_path, restore_mlflow_uri):
     from mlflow import MlflowClient
     from pyspark.sql import functions as F
 
@@ -74,7 +88,7 @@ def test_server_killed_mid_training_then_register_from_store(spark, tmp_path):
     run_dir = message.split("--from-store ")[1].split()[0]
     bundle = read_bundle(run_dir)
     assert len(bundle["history"]) == EPOCHS and bundle["mlflow_run_id"]
-    for part in ("network/model.bin", "features/features.json", "spark_model/metadata", "pipeline_model"):
+    for part in ("network/model.bin", "features/features.json", "model.json", "pipeline_model"):
         assert (Path(bundle["_dir"]) / part).exists(), part
 
     # the server is back (same stores, another port): one command finishes the tracking

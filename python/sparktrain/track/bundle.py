@@ -9,7 +9,7 @@ what the tracking needs::
         network/model.bin, network/spec.json   the network (rank 0 wrote model.bin already)
         features/features.json                 the fitted feature transforms
         pipeline_model/                        the fitted Spark PipelineModel
-        spark_model/                           TorchModel / KerasModel.save()
+        model.json                             the Spark ML model's class, params, inputs and history
         bundle.json                            config, metrics, history, MLflow run ids
 
 A tracking outage then loses nothing: ``sparktrain register --from-store
@@ -30,6 +30,7 @@ from typing import Any, Dict, Optional
 log = logging.getLogger(__name__)
 
 BUNDLE_FILE = "bundle.json"
+MODEL_FILE = "model.json"
 FORMAT = "sparktrain.bundle/1"
 
 
@@ -60,7 +61,8 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
     with tempfile.TemporaryDirectory(prefix="sparktrain-bundle-") as tmp:
         local = os.path.join(tmp, "model")
         write_bundle(model, dataset_root, local)
-        model.write().overwrite().save(os.path.join(local, "spark_model"))
+        with open(os.path.join(local, MODEL_FILE), "w") as fh:  # plain JSON: no Spark job, works over Connect
+            json.dump(model_description(model), fh, indent=1, default=str)
         body: Dict[str, Any] = {
             "format": FORMAT, "run_id": model.getRunId(), "framework": model.framework,
             "mlflow_run_id": mlflow_run_id, "mlflow_parent_run_id": parent_run_id, "created_at": time.time(),
@@ -72,6 +74,31 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
         _upload(local, target)
     log.info("model of run %s saved to %s", model.getRunId(), target)
     return target
+
+
+def model_description(model: Any) -> Dict[str, Any]:
+    """What rebuilds the fitted Spark ML model with its network (:func:`load_model`)."""
+    return {"class": type(model).__name__, "framework": model.framework, "inputs": model.inputs.to_dict(),
+            "history": model.history, "params": {p.name: v for p, v in model.extractParamMap().items()}}
+
+
+def load_model(folder: str) -> Any:
+    """The TorchModel / KerasModel a bundle folder holds (``model.json`` + ``network/model.bin``)."""
+    from sparktrain.data import _fs
+    from sparktrain.train.model import KerasModel, TorchModel
+    from sparktrain.train.worker import InputSpec
+
+    fs, inner = _fs.resolve(f"{folder}/{MODEL_FILE}")
+    with fs.open_input_stream(inner) as fh:
+        desc = json.loads(fh.read())
+    fs, inner = _fs.resolve(f"{folder}/network/model.bin")
+    with fs.open_input_stream(inner) as fh:
+        model_bytes = fh.read()
+    cls = TorchModel if desc["class"] == "TorchModel" else KerasModel
+    model = cls(framework=desc["framework"], model_bytes=model_bytes, inputs=InputSpec.from_dict(desc["inputs"]),
+                history=desc["history"])
+    model._set(**{k: v for k, v in desc["params"].items() if model.hasParam(k)})
+    return model
 
 
 def _store_of(cfg: Any) -> str:
@@ -119,13 +146,11 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     from sparktrain.job import TrainResult
     from sparktrain.track.stages import log_training
     from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
-    from sparktrain.train.model import KerasModel, TorchModel
 
     body = read_bundle(run_dir)
     folder = body["_dir"]
     cfg = parse_config(body["config"])
-    cls = TorchModel if body["framework"] == "torch" else KerasModel
-    model = cls.load(f"{folder}/spark_model")
+    model = load_model(folder)
     tracker = JobTracker(cfg, uri=tracking_uri)  # preflight: still down -> a clear error, nothing changes
     run_id = body.get("mlflow_run_id")
     run = None
