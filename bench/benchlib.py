@@ -92,7 +92,7 @@ class Results:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
         os.replace(tmp, path)
-        print(f"results: {path.relative_to(REPO)}", flush=True)
+        print(f"results: {_rel(path)}", flush=True)
         return path
 
 
@@ -119,6 +119,13 @@ def machine() -> Dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     return info
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def _command() -> str:
