@@ -48,6 +48,8 @@ def fmt_spread(s: Dict[str, Any], digits: int = 2) -> str:
     """``"5.94 (5.10-6.20)"``: median and min-max."""
     if s.get("median") is None:
         return "n/a"
+    if s.get("basis"):
+        return f"{fmt(s['median'], digits)} ({s['basis']})"
     if len(s["runs"]) == 1:
         return f"{fmt(s['median'], digits)} (1 run)"
     return f"{fmt(s['median'], digits)} ({fmt(s['min'], digits)}-{fmt(s['max'], digits)})"
@@ -71,9 +73,13 @@ class Results:
         return fig
 
     def goal(self, name: str, runs: Sequence[float], goal: str, met: Optional[bool], note: str = "",
-             digits: int = 2) -> Dict[str, Any]:
-        """A goal checked on the median of ``runs``; ``met`` None = could not be measured."""
-        g = {"name": name, "goal": goal, "met": met, "note": note, "digits": digits, **spread(runs)}
+             digits: int = 2, basis: str = "") -> Dict[str, Any]:
+        """A goal checked on the median of ``runs``; ``met`` None = could not be measured.
+
+        ``basis`` says how a single derived value was computed (e.g. "ratio of the medians").
+        """
+        g = {"name": name, "goal": goal, "met": met, "note": note, "digits": digits, "basis": basis,
+             **spread(runs)}
         self.goals.append(g)
         status = "n/a" if met is None else ("met" if met else "NOT met")
         print(f"goal: {name} = {fmt_spread(g, digits)} (goal {goal}): {status}" + (f"  [{note}]" if note else ""),

@@ -77,3 +77,14 @@ def test_main_rewrites_files(report, results, tmp_path):
     doc.write_text("a\n<!-- bench:reader:goals -->\n<!-- /bench:reader -->\n")
     assert report.main(["--results", str(results.parent), str(doc)]) == 0
     assert "| tf / raw |" in doc.read_text()
+
+
+def test_derived_goal_shows_its_basis(report, tmp_path, monkeypatch):
+    import benchlib
+
+    monkeypatch.setattr(benchlib, "RESULTS", tmp_path)
+    res = benchlib.Results("actors", {})
+    res.goal("ours / peer", [5.92], ">= 3", True, basis="ratio of the medians")
+    path = res.write()
+    out = report.rewrite("<!-- bench:actors:goals -->\n<!-- /bench:actors -->\n", path.parent, warn=print)
+    assert "| ours / peer | 5.92 (ratio of the medians) | >= 3 | **met** |" in out
