@@ -14,7 +14,7 @@ export SPARK_LOCAL_IP        := 127.0.0.1
 export PYTHONPATH            := $(abspath python)
 PYTEST_ARGS ?=
 
-.PHONY: help setup java-check demo test test-slow test-all lint typecheck bench mlflow-server clean jar horovod test-horovod
+.PHONY: help setup java-check demo test test-slow test-all lint typecheck bench bench-report mlflow-server clean jar horovod test-horovod
 
 help:
 	@echo "make demo    run conf/flights.yaml end to end (features, training, MLflow)"
@@ -77,13 +77,24 @@ mlflow-server: setup
 	$(VENV)/bin/sparktrain mlflow-server --port $(MLFLOW_PORT) --backend-store-uri sqlite:///work/mlflow.db \
 		--artifacts-destination work/mlartifacts
 
-# Each benchmark prints our figure next to its baseline from the same run, as a ratio.
+# Each benchmark prints our figure next to its baseline from the same run, as a ratio, and writes
+# work/bench/<name>.json (every run, median, min-max); bench/report.py then regenerates the
+# <!-- bench:NAME --> tables in README.md and docs/*.md.  Peers (petastorm, Ray) run in their own venvs
+# under bench/peers/ (BENCH_PEERS=--no-petastorm ... to skip; bench/actors.py skips Ray without its venv,
+# `bash bench/peers/setup-ray.sh` makes it).  Several minutes to an hour on 2 cores.
+BENCH_REPEATS ?= 3
 bench: setup
-	$(PY) bench/reader.py
+	$(PY) bench/reader.py --repeats 5
 	$(PY) bench/preprocess.py
-	$(PY) bench/train.py --flights
-	$(PY) bench/tune.py
+	$(PY) bench/train.py --flights --repeats $(BENCH_REPEATS)
+	$(PY) bench/tune.py --repeats $(BENCH_REPEATS)
+	$(PY) bench/actors.py --repeats $(BENCH_REPEATS)
 	$(PY) bench/zoo.py
+	$(PY) bench/faults.py
+	$(PY) bench/report.py
+
+bench-report:
+	$(PY) bench/report.py
 
 # Horovod 0.28.1 (2023) is source-only and its C++14 flags clash with torch 2.13's C++17 headers:
 # build it with a compiler wrapper that appends -std=c++17 (torch + gloo only, ~3 min on 2 cores).

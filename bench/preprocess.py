@@ -387,6 +387,38 @@ def main(argv: Optional[List[str]] = None) -> None:
             print(f"x{scale} {engine}: {status} {json.dumps(r)}", file=sys.stderr, flush=True)
         rows_out.append((scale, res))
     print_table(rows_out, args)
+    write_results(rows_out, args)
+
+
+def write_results(results: List[Any], args: argparse.Namespace) -> None:
+    """``work/bench/preprocess.json``: every timed run per engine and scale (bench/report.py renders it)."""
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchlib import Results
+
+    res = Results("preprocess", {"scales": args.scales, "cores": args.cores, "driver_memory": args.driver_memory,
+                                 "warmup": args.warmup, "repeat": args.repeat, "pandas_cap_gb": args.pandas_cap_gb},
+                  title="feature preprocessing, conf/flights.yaml spec")
+    names = {"spark": "sparktrain (Spark)", "pandas": "pandas/pyarrow, 1 process",
+             "copy": "Spark floor (read, split, write)"}
+    for scale, by_engine in results:
+        for engine, r in by_engine.items():
+            if r.get("oom"):
+                res.add(f"x{scale} {names[engine]}: steady s", [], "s",
+                        note=f"out of memory (> {args.pandas_cap_gb:g} GiB)")
+                continue
+            if not r.get("seconds"):
+                continue
+            res.add(f"x{scale} {names[engine]}: cold s", [r["runs"][0]], "s", digits=1)
+            res.add(f"x{scale} {names[engine]}: steady s", _steady(r), "s", digits=2)
+            res.add(f"x{scale} {names[engine]}: peak MB", [r["peak_rss"] / 2**20], "MB", digits=0)
+        s, pd_ = by_engine["spark"], by_engine["pandas"]
+        if s.get("seconds") and pd_.get("seconds"):
+            pandas_med = statistics.median(_steady(pd_))
+            res.add(f"x{scale} Spark / pandas (steady)", [t / pandas_med for t in _steady(s)], "ratio",
+                    note="each Spark run over the pandas median")
+    res.write()
 
 
 def _steady(r: Dict[str, Any], key: str = "runs") -> List[float]:

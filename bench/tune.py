@@ -40,7 +40,10 @@ from typing import Any, Callable, Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "bench"))
 WORK = REPO / "work" / "bench" / "tune"
+
+from benchlib import Results, met_at_least, met_at_most, ratios  # noqa: E402
 
 log = logging.getLogger("bench.tune")
 
@@ -170,14 +173,22 @@ def part_two(spark, args) -> List[Dict[str, Any]]:
             "tune": {"mode": mode, "max_trials": args.b_trials, "parallelism": parallelism, "algo": "random",
                      "space": {"learning_rate": {"loguniform": [1.0e-3, 3.0e-2]}}}})
         run_search(spark, cfg, dataset)  # warm-up: workers import torch once
-        t0 = time.perf_counter()
-        result = run_search(spark, cfg, dataset)
-        wall = time.perf_counter() - t0
-        compute = statistics.mean(sum(e["epoch_time_s"] for e in t.history) for t in result.trials)
+        walls, overheads, computes, trial_s = [], [], [], []
+        for _ in range(args.b_repeats):
+            t0 = time.perf_counter()
+            result = run_search(spark, cfg, dataset)
+            wall = time.perf_counter() - t0
+            compute = statistics.mean(sum(e["epoch_time_s"] for e in t.history) for t in result.trials)
+            walls.append(wall)
+            computes.append(compute)
+            trial_s.append(statistics.mean(t.seconds for t in result.trials))
+            overheads.append(wall * result.concurrency / len(result.trials) - compute)
+        wall = statistics.median(walls)
         rows.append({"name": f"sparktrain {mode}", "workers": workers, "at_once": result.concurrency,
-                     "trials": len(result.trials), "wall": wall, "per_min": len(result.trials) / wall * 60,
-                     "trial_s": statistics.mean(t.seconds for t in result.trials), "compute": compute,
-                     "overhead": wall * result.concurrency / len(result.trials) - compute})
+                     "trials": len(result.trials), "wall": wall, "walls": walls,
+                     "per_min": len(result.trials) / wall * 60, "trial_s": statistics.median(trial_s),
+                     "compute": statistics.median(computes), "overhead": statistics.median(overheads),
+                     "overheads": overheads})
     return rows
 
 
@@ -188,6 +199,7 @@ def main() -> None:
     ap.add_argument("--sleep", type=float, default=0.5, help="seconds of 'work' in the objective")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--b-trials", type=int, default=4, help="trials per run in part 2")
+    ap.add_argument("--b-repeats", type=int, default=3, help="timed runs per mode in part 2")
     ap.add_argument("--no-mode-b", action="store_true", help="skip part 2 (training trials)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -211,6 +223,19 @@ def main() -> None:
           f"overhead {spark_trials['overhead'] / max(ours['overhead'], 1e-3):.1f}x lower "
           f"({ours['overhead']:.3f} s vs {spark_trials['overhead']:.3f} s per trial; goal < 1 s)")
     print("all walls (s): " + "; ".join(f"{r['name']}: {', '.join(f'{w:.1f}' for w in r['walls'])}" for r in rows))
+    res = Results("tune", {"trials": args.trials, "parallelism": args.parallelism, "sleep_s": args.sleep,
+                           "repeats": args.repeats, "b_trials": args.b_trials, "b_repeats": args.b_repeats},
+                  title=f"{args.trials} trials of a {args.sleep:g} s objective, TPE, parallelism {args.parallelism}")
+    for r in rows:
+        res.add(f"{r['name']}: trials/min", [args.trials / w * 60 for w in r["walls"]], "trials/min", digits=1)
+        res.add(f"{r['name']}: overhead per trial", [w * r["p"] / args.trials - args.sleep for w in r["walls"]],
+                "s", digits=3)
+    spark_walls, our_walls = rows[1]["walls"], rows[2]["walls"]
+    res.goal("sparktrain single: overhead per trial (s)",
+             [w * args.parallelism / args.trials - args.sleep for w in our_walls], "< 1 s",
+             met_at_most([w * args.parallelism / args.trials - args.sleep for w in our_walls], 1.0), digits=3)
+    res.goal("trials/min, sparktrain single / SparkTrials", ratios(spark_walls, our_walls), ">= 1 (faster)",
+             met_at_least(ratios(spark_walls, our_walls), 1.0), digits=1)
 
     if not args.no_mode_b:
         rows_b = part_two(spark, args)
@@ -225,6 +250,13 @@ def main() -> None:
         print("s/trial: launch to result on the driver; epoch s: the epochs' own time (epoch_time_s, from the "
               "workers); overhead: wall x at-once / trials - epoch s (Spark job or barrier stage, process group, "
               "reader setup, checkpoints)")
+        for r in rows_b:
+            res.add(f"training trials, {r['name']} ({r['workers']} worker(s)/trial): overhead per trial",
+                    r["overheads"], "s", digits=2,
+                    note=f"{r['trials']} trials, {r['at_once']} at once; wall x at-once / trials - epoch time")
+            res.add(f"training trials, {r['name']}: wall", r["walls"], "s", digits=1)
+    res.note("Overhead per trial = wall x parallelism / trials - the objective's own time.")
+    res.write()
     spark.stop()
 
 

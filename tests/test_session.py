@@ -69,7 +69,10 @@ def test_read_spark_defaults_location(tmp_path, monkeypatch):
     assert repo_defaults["spark.sql.session.timeZone"] == "UTC"
     lines = [ln for ln in (REPO / "conf" / "spark-defaults.conf").read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
-    assert len(repo_defaults) == len(lines) == 10
+    assert len(repo_defaults) == len(lines) == 12
+    # MLlib's netlib must not try (and loudly fail) to dlopen a native libblas.so.3 in every JVM
+    for side in ("driver", "executor"):
+        assert "-Ddev.ludovic.netlib.blas.allowNative=false" in repo_defaults[f"spark.{side}.extraJavaOptions"]
     other = tmp_path / "other.conf"
     other.write_text("spark.sql.session.timeZone America/New_York\n")
     monkeypatch.setenv("SPARKTRAIN_SPARK_DEFAULTS", str(other))

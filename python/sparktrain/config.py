@@ -189,6 +189,7 @@ class TrainConfig:
     use_gpu: bool = False
     validation_fraction: float = 0.1
     log_every_steps: int = 50
+    log_every_s: float = 30.0
     checkpoint_every_steps: Optional[int] = None
     checkpoint_every_s: Optional[float] = 30.0
     keep_checkpoints: int = 2
@@ -210,6 +211,8 @@ class TrainConfig:
         require(0.0 <= self.validation_fraction < 1.0, "train.validation_fraction", self.validation_fraction,
                 "must be in [0, 1): the share of a DataFrame input held out for validation")
         require(self.log_every_steps >= 1, "train.log_every_steps", self.log_every_steps, "must be >= 1")
+        require(self.log_every_s >= 0, "train.log_every_s", self.log_every_s,
+                "must be >= 0 seconds between progress log lines (0: every step report)")
         if self.checkpoint_every_steps is not None:
             require(self.checkpoint_every_steps >= 1, "train.checkpoint_every_steps", self.checkpoint_every_steps,
                     "must be >= 1 (steps between mid-epoch checkpoints), or null for none")

@@ -52,7 +52,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  checkpointEverySteps: Optional[int] = None, checkpointEverySeconds: Optional[float] = None,
                  keepCheckpoints: Optional[int] = None, stallTimeout: Optional[float] = None,
                  elastic: Optional[bool] = None, minWorkers: Optional[int] = None,
-                 elasticBatch: Optional[str] = None) -> None:
+                 elasticBatch: Optional[str] = None, logEverySeconds: Optional[float] = None) -> None:
         super().__init__()
         self.callbacks: List[TrainingCallback] = []
         self.show_progress = True
@@ -76,7 +76,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                   checkpointEverySteps: Optional[int] = None, checkpointEverySeconds: Optional[float] = None,
                   keepCheckpoints: Optional[int] = None, stallTimeout: Optional[float] = None,
                   elastic: Optional[bool] = None, minWorkers: Optional[int] = None,
-                  elasticBatch: Optional[str] = None) -> "_DistributedEstimator":
+                  elasticBatch: Optional[str] = None, logEverySeconds: Optional[float] = None
+                  ) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
         return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
@@ -125,6 +126,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
     def setLogEverySteps(self, value: int) -> "_DistributedEstimator":
         return self._set(logEverySteps=value)
+
+    def setLogEverySeconds(self, value: float) -> "_DistributedEstimator":
+        return self._set(logEverySeconds=value)
 
     def setSeed(self, value: int) -> "_DistributedEstimator":
         return self._set(seed=value)
@@ -275,7 +279,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  plan.run_id, len(plan.inputs.numeric), len(plan.inputs.categorical), plan.inputs.task)
         planned = time.perf_counter() - t0
         elastic = ElasticPolicy(self.getMinWorkers() or plan.spec.num_workers) if self.getElastic() else None
-        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress, elastic=elastic)
+        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress, elastic=elastic,
+                        log_every_s=self.getLogEverySeconds())
         result.plan_s = planned
         self.last_launch = result
         model = self.model_from_plan(plan, result.model_bytes, result.history)

@@ -71,7 +71,7 @@ class ElasticPolicy:
 
 
 def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True,
-           elastic: Optional[ElasticPolicy] = None) -> LaunchResult:
+           elastic: Optional[ElasticPolicy] = None, log_every_s: float = 30.0) -> LaunchResult:
     """Train with ``spec.num_workers`` barrier tasks; raise :class:`TrainingError` on failure.
 
     Spark retries a failed barrier stage on the same number of workers (up to
@@ -85,7 +85,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
     sizes = [spec.num_workers]
     while True:
         try:
-            result = _launch_once(spark, spec, callbacks, show_bar, t0)
+            result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s)
             result.world_sizes = sizes
             return result
         except TrainingStalledError:
@@ -109,10 +109,11 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
 
 
 def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback], show_bar: bool,
-                 t0: float) -> LaunchResult:
+                 t0: float, log_every_s: float = 30.0) -> LaunchResult:
     first = _FirstStep()
     host = spark_compat.driver_host(spark)
-    server = ProgressServer(host, [first, *callbacks], epochs=spec.epochs, show_bar=show_bar) if host else None
+    server = ProgressServer(host, [first, *callbacks], epochs=spec.epochs, show_bar=show_bar,
+                            log_every_s=log_every_s) if host else None
     group = spark_compat.current_group(spark)
     own_group = group is None
     group = group or f"sparktrain-{spec.run_id}-{uuid.uuid4().hex[:8]}"

@@ -21,7 +21,7 @@ PARAM_FIELDS: Dict[str, str] = {
     "learningRate": "learning_rate", "hiddenUnits": "hidden_units", "embeddingDim": "embedding_dim",
     "dropout": "dropout", "task": "task", "backend": "backend", "store": "store",
     "shuffleBuffer": "shuffle_buffer", "validationFraction": "validation_fraction", "useGpu": "use_gpu",
-    "logEverySteps": "log_every_steps", "seed": "seed",
+    "logEverySteps": "log_every_steps", "seed": "seed", "logEverySeconds": "log_every_s",
     "checkpointEverySteps": "checkpoint_every_steps", "checkpointEverySeconds": "checkpoint_every_s",
     "keepCheckpoints": "keep_checkpoints", "stallTimeout": "stall_timeout_s", "elastic": "elastic",
     "minWorkers": "min_workers", "elasticBatch": "elastic_batch",
@@ -49,6 +49,15 @@ def _positive_float(name: str):
         v = TypeConverters.toFloat(value)
         if not v > 0:
             raise ConfigError(name, value, "must be > 0")
+        return v
+    return convert
+
+
+def _non_negative_float(name: str):
+    def convert(value: Any) -> float:
+        v = TypeConverters.toFloat(value)
+        if not v >= 0:
+            raise ConfigError(name, value, "must be >= 0")
         return v
     return convert
 
@@ -149,6 +158,9 @@ class _DistributedParams(_ModelParams, HasSeed):
                                   TypeConverters.toBoolean)
     logEverySteps: "Param[int]" = Param(Params._dummy(), "logEverySteps", "periodic metrics interval",
                                         _positive_int("logEverySteps"))
+    logEverySeconds: "Param[float]" = Param(
+        Params._dummy(), "logEverySeconds", "seconds between progress log lines when not on a terminal",
+        _non_negative_float("logEverySeconds"))
     checkpointEverySteps: "Param[int]" = Param(
         Params._dummy(), "checkpointEverySteps", "mid-epoch checkpoint every N steps (None: by time only)",
         _positive_int("checkpointEverySteps"))
@@ -236,6 +248,10 @@ class _DistributedParams(_ModelParams, HasSeed):
     def getLogEverySteps(self) -> int:
         """Periodic metrics interval in steps."""
         return self.getOrDefault(self.logEverySteps)
+
+    def getLogEverySeconds(self) -> float:
+        """Seconds between progress log lines when not on a terminal."""
+        return self.getOrDefault(self.logEverySeconds)
 
     def getCheckpointEverySteps(self) -> Optional[int]:
         """Steps between mid-epoch checkpoints (None: by time only)."""

@@ -1,10 +1,23 @@
 """Driver side of the progress channel: live metrics while the barrier stage runs.
 
 :class:`ProgressServer` listens on the driver's host (``spark.driver.host``,
-127.0.0.1 locally), reads JSON-line events from the workers, drives a tqdm
-progress bar and calls every :class:`TrainingCallback` (the MLflow hook is one).
-Callbacks run on the server's thread: they must not rely on thread-local state
-(the MLflow hook logs with an explicit run id).
+127.0.0.1 locally), reads JSON-line events from the workers and calls every
+:class:`TrainingCallback` (the MLflow hook is one).  Callbacks run on the
+server's threads: they must not rely on thread-local state (the MLflow hook
+logs with an explicit run id).
+
+What a person sees depends on where stderr goes:
+
+- on a TTY, a tqdm bar per epoch (its rate counts only the steps seen since
+  the bar opened, so the first update is not "1115506 step/s");
+- anywhere else (``spark-submit`` logs, CI, a notebook's captured stderr), no
+  bar, but one log line per epoch plus one at most every ``log_every_s``
+  seconds with the step, samples/s and loss.
+
+The server is reachable by anything on the driver's network, so it guards
+itself: a line longer than ``max_line_bytes`` or a connection beyond
+``max_connections`` is dropped with a log line, and events without the
+launch's token are ignored.
 """
 
 from __future__ import annotations
@@ -15,9 +28,18 @@ import secrets
 import socket
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+import time
+from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 log = logging.getLogger(__name__)
+
+#: Longest accepted event line.  A rank-0 step or epoch event is a few hundred bytes;
+#: an error event carries a traceback (a few KiB).
+MAX_LINE_BYTES = 1 << 20
+#: Concurrent worker connections (one per rank, plus reconnects after a retried attempt).
+MAX_CONNECTIONS = 256
+#: Default seconds between two step log lines when no bar is drawn.
+LOG_EVERY_S = 30.0
 
 
 class TrainingCallback(Protocol):
@@ -30,26 +52,72 @@ class TrainingCallback(Protocol):
         """Metrics at the end of an epoch (train and validation)."""
 
 
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 class ProgressServer:
-    """A small TCP server bound to ``host``; one thread per worker connection."""
+    """A small TCP server bound to ``host``; one thread per worker connection.
+
+    Parameters
+    ----------
+    host : str
+        Address to listen on (the driver host Spark advertises to executors).
+    callbacks : sequence of TrainingCallback
+        Called with rank 0's step and epoch metrics.
+    epochs : int
+        Epochs of the run (for "epoch 2/5").
+    show_bar : bool
+        Allow a tqdm bar.  It is drawn only when ``stream`` is a TTY; otherwise
+        progress goes to the log.  ``False`` also silences the step log lines
+        (tuning trials); the per-epoch line is always logged.
+    log_every_s : float
+        Seconds between two step log lines when no bar is drawn (``0``: every
+        step event).
+    stream : file-like, optional
+        Where the bar is drawn (default ``sys.stderr``).
+    max_line_bytes, max_connections : int
+        Caps on one event line and on concurrent connections.
+    clock : callable, optional
+        Monotonic clock (tests).
+    """
 
     def __init__(self, host: str, callbacks: Sequence[TrainingCallback] = (), epochs: int = 1,
-                 show_bar: bool = True) -> None:
+                 show_bar: bool = True, log_every_s: float = LOG_EVERY_S, stream: Optional[IO[str]] = None,
+                 max_line_bytes: int = MAX_LINE_BYTES, max_connections: int = MAX_CONNECTIONS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if log_every_s < 0:
+            raise ValueError(f"log_every_s == {log_every_s}, must be >= 0 (seconds between progress log lines)")
+        if max_line_bytes < 1 or max_connections < 1:
+            raise ValueError(f"max_line_bytes == {max_line_bytes}, max_connections == {max_connections}: "
+                             "both must be >= 1")
         self.host = host
         self.token = secrets.token_hex(8)
         self.callbacks = list(callbacks)
         self.listeners: List[Callable[[Dict[str, Any]], None]] = []  # see every event (the stall watchdog)
         self.errors: List[Dict[str, Any]] = []
         self.epochs_seen: Dict[int, Dict[str, float]] = {}
+        self.dropped_connections = 0
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, 0))
         self._sock.listen(64)
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        self._conns: List[socket.socket] = []
         self._bar: Any = None
         self._epochs = epochs
-        self._show_bar = show_bar
+        self._stream: IO[str] = stream if stream is not None else sys.stderr
+        self._draw_bar = show_bar and _isatty(self._stream)
+        self._log_steps = show_bar and not self._draw_bar
+        self._log_every_s = float(log_every_s)
+        self._max_line = int(max_line_bytes)
+        self._max_conns = int(max_connections)
+        self._clock = clock
+        self._last_log = clock()
         self._thread = threading.Thread(target=self._accept_loop, name="sparktrain-progress", daemon=True)
         self._thread.start()
 
@@ -58,25 +126,58 @@ class ProgressServer:
         host, port = self._sock.getsockname()[:2]
         return f"{host}:{port}"
 
+    @property
+    def draws_bar(self) -> bool:
+        """Whether progress is drawn as a tqdm bar (a TTY) rather than logged."""
+        return self._draw_bar
+
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
             try:
-                conn, _ = self._sock.accept()
+                conn, peer = self._sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            with self._lock:
+                full = len(self._conns) >= self._max_conns
+                if not full:
+                    self._conns.append(conn)
+                else:
+                    self.dropped_connections += 1
+            if full:
+                log.warning("progress server: dropping a connection from %s: already %d open (the limit)",
+                            _peer(peer), self._max_conns)
+                _close(conn)
+                continue
+            threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("r", encoding="utf-8") as lines:
-            for line in lines:
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if event.get("token") != self.token:
-                    log.warning("ignoring a progress event with a wrong token from %s", event.get("host"))
-                    continue
-                self._handle(event)
+    def _serve(self, conn: socket.socket, peer: Any) -> None:
+        try:
+            with conn.makefile("rb") as lines:
+                while True:  # drained to EOF even after close(): the last epoch event may still be queued
+                    line = lines.readline(self._max_line + 1)
+                    if not line:
+                        return
+                    if len(line) > self._max_line and not line.endswith(b"\n"):
+                        log.warning("progress server: dropping the connection from %s: a line over %d bytes",
+                                    _peer(peer), self._max_line)
+                        return
+                    try:
+                        event = json.loads(line)
+                    except (ValueError, UnicodeDecodeError):
+                        continue
+                    if not isinstance(event, dict):
+                        continue
+                    if event.get("token") != self.token:
+                        log.warning("ignoring a progress event with a wrong token from %s", event.get("host"))
+                        continue
+                    self._handle(event)
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                if conn in self._conns:
+                    self._conns.remove(conn)
+            _close(conn)
 
     def _handle(self, event: Dict[str, Any]) -> None:
         kind = event.get("type")
@@ -96,7 +197,7 @@ class ProgressServer:
                 return
             metrics = event.get("metrics", {})
             if kind == "step":
-                self._update_bar(event)
+                self._show_step(event, metrics)
                 for cb in self.callbacks:
                     _safe(cb.on_step, event["epoch"], event["step"], metrics)
             elif kind == "epoch":
@@ -108,36 +209,55 @@ class ProgressServer:
                     self._bar = None
                 summary = "  ".join(f"{k}={v:.4g}" for k, v in metrics.items())
                 log.info("epoch %d/%d  %s", event["epoch"] + 1, event.get("epochs", self._epochs), summary)
+                self._last_log = self._clock()
                 for cb in self.callbacks:
                     _safe(cb.on_epoch, event["epoch"], metrics)
 
-    def _update_bar(self, event: Dict[str, Any]) -> None:
-        if not self._show_bar:
-            return
+    def _show_step(self, event: Dict[str, Any], metrics: Dict[str, Any]) -> None:
+        if self._draw_bar:
+            self._update_bar(event, metrics)
+        elif self._log_steps:
+            now = self._clock()
+            if now - self._last_log >= self._log_every_s:
+                self._last_log = now
+                steps = event.get("steps")
+                log.info("epoch %d/%d  step %d%s  %.0f samples/s  loss=%.4g%s", event["epoch"] + 1,
+                         event.get("epochs", self._epochs), event["step"], f"/{steps}" if steps else "",
+                         float(metrics.get("samples_per_s", 0.0)), float(metrics.get("loss", float("nan"))),
+                         f"  workers={event['world_size']}" if event.get("world_size") else "")
+
+    def _update_bar(self, event: Dict[str, Any], metrics: Dict[str, Any]) -> None:
         try:
             from tqdm import tqdm
         except ImportError:  # pragma: no cover
             return
+        step = int(event["step"])
         if self._bar is None:
-            self._bar = tqdm(total=event.get("steps"), desc=f"epoch {event['epoch'] + 1}/{self._epochs}",
-                             unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
-        self._bar.n = event["step"]
-        self._bar.set_postfix(loss=round(event["metrics"].get("loss", float("nan")), 4),
-                              sps=int(event["metrics"].get("samples_per_s", 0)), refresh=False)
-        self._bar.refresh()
+            # initial=step: tqdm's rate is (n - initial) / elapsed, so the first update does not count
+            # the steps run before the bar opened (that was "1115506 step/s").
+            self._bar = tqdm(total=event.get("steps"), initial=step, unit="step", file=self._stream,
+                             desc=f"epoch {event['epoch'] + 1}/{self._epochs}"
+                                  + (f" x{event['world_size']}" if event.get("world_size") else ""),
+                             leave=False, dynamic_ncols=True)
+        else:
+            self._bar.update(max(step - self._bar.n, 0))
+        self._bar.set_postfix(loss=round(float(metrics.get("loss", float("nan"))), 4),
+                              sps=int(metrics.get("samples_per_s", 0)), refresh=True)
 
     def first_error(self) -> Optional[Dict[str, Any]]:
         with self._lock:
             return self.errors[0] if self.errors else None
 
     def close(self) -> None:
+        """Stop accepting; open connections are read to their end (the workers close them)."""
         self._closed.set()
         try:
             self._sock.close()
         finally:
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
+            with self._lock:
+                if self._bar is not None:
+                    self._bar.close()
+                    self._bar = None
 
     def __enter__(self) -> "ProgressServer":
         return self
@@ -146,7 +266,25 @@ class ProgressServer:
         self.close()
 
 
-def _safe(fn, *args: Any) -> None:
+def _peer(peer: Any) -> str:
+    try:
+        return f"{peer[0]}:{peer[1]}"
+    except (TypeError, IndexError):
+        return str(peer)
+
+
+def _close(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        conn.close()
+    except OSError:
+        pass
+
+
+def _safe(fn: Callable[..., Any], *args: Any) -> None:
     try:
         fn(*args)
     except Exception:  # a broken callback must not kill training
