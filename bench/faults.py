@@ -57,7 +57,8 @@ def _dataset(spark, root: Path) -> str:
     df = spark.range(TRAIN_ROWS + 1600).select(
         F.col("id").cast("int").alias("row_id"), (F.rand(7) * 2 - 1).cast("float").alias("x1"),
         (F.rand(8) * 2 - 1).cast("float").alias("x2"))
-    df = df.withColumn("label", (F.col("x1") * F.col("x2") > 0).cast("float"))
+    noisy = F.col("x1") + 0.5 * F.col("x2") + (F.rand(9) - 0.5) * 0.6  # a plateau val_loss, not a race to 0
+    df = df.withColumn("label", (noisy > 0).cast("float"))
     write_parquet(df.where(f"row_id < {TRAIN_ROWS}").coalesce(1), str(root / "train"), row_group_rows=1024)
     write_parquet(df.where(f"row_id >= {TRAIN_ROWS}").coalesce(1), str(root / "validation"))
     return str(root)
