@@ -30,8 +30,6 @@ def _wait_for_epoch(store: Path, epoch: int, stop: threading.Event) -> bool:
     return False
 
 
-@pytest.mark.torch
-@pytest.mark.slow
 @pytest.fixture
 def restore_mlflow_uri(monkeypatch):
     """The job points MLflow's process-wide URI (and MLFLOW_TRACKING_URI) at this test's servers: undo it."""
@@ -45,6 +43,8 @@ def restore_mlflow_uri(monkeypatch):
     mlflow.set_registry_uri(before)
 
 
+@pytest.mark.torch
+@pytest.mark.slow
 def test_server_killed_mid_training_then_register_from_store(spark, tmp_path, restore_mlflow_uri):
     from mlflow import MlflowClient
     from pyspark.sql import functions as F
