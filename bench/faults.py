@@ -46,7 +46,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 TRAIN_ROWS = 6400  # 2 ranks x 50 steps x 64 rows
 INTERVAL = 10
-EPOCHS = 3
+EPOCHS = 5
 
 
 def _dataset(spark, root: Path) -> str:
