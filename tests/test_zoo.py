@@ -121,12 +121,14 @@ def _check_iris(raw_root, out, scored, uri, model_name):
     assert {len(p) for p in scored["probability"]} == {3}
 
     # the registered model as a pyfunc, on pandas rows read the plain pandas way (NA -> NaN)
-    previous = mlflow.get_tracking_uri()
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)  # models:/ resolves through the registry URI (an earlier test may have set it)
     try:
         model = mlflow.pyfunc.load_model(f"models:/{model_name}@champion")
     finally:
-        mlflow.set_tracking_uri(previous)
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
     rows = pd.read_csv(raw_root / "iris.csv")
     assert rows["sepal_length_cm"].isna().sum() > 0
     predicted = model.predict(rows.drop(columns=["species"]))
