@@ -357,7 +357,8 @@ def test_non_default_repr_shows_only_changed_fields():
     assert repr(TrainConfig(epochs=5, hidden_units=(32,))) == "TrainConfig(epochs=5, hidden_units=(32,))"
     assert repr(SplitConfig(seed=7)) == "SplitConfig(seed=7)"
     cfg = load_config(FLIGHTS_YAML)
-    assert repr(cfg.train) == "TrainConfig(learning_rate=0.002, shuffle_buffer=262144)"  # the rest of flights.yaml's train: is default
+    # the rest of flights.yaml's train: is default
+    assert repr(cfg.train) == "TrainConfig(learning_rate=0.002, shuffle_buffer=262144)"
     assert repr(cfg.data) == "DataConfig(source='flights', label='late', key='flight_id')"
     text = repr(cfg)
     assert text.startswith("JobConfig(name='flights-late', spark=SparkConfig(app_name='sparktrain-flights'), ")
