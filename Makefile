@@ -91,7 +91,7 @@ bench: setup
 	$(PY) bench/actors.py --repeats $(BENCH_REPEATS)
 	$(PY) bench/zoo.py
 	$(PY) bench/faults.py
-	$(PY) bench/keras.py
+	$(PY) bench/keras_speed.py
 	$(PY) bench/report.py
 
 bench-report:

@@ -2,13 +2,13 @@
 
 Usage (from the repo root, after ``sparktrain preprocess conf/flights.yaml``)::
 
-    PYTHONPATH=python .venv/bin/python bench/keras.py [--dataset work/flights/dataset] [--repeats 3]
+    PYTHONPATH=python .venv/bin/python bench/keras_speed.py [--dataset work/flights/dataset] [--repeats 3]
 
 Rows: torch 2 workers, Keras 2 workers, Keras 1 worker (no collectives: what
 the step costs without TF's all-reduce).  Each is the samples/s of the second
 epoch of a 2-epoch fit, median of ``--repeats`` interleaved runs with min-max;
 the goal is Keras 2 workers >= 0.5x torch 2 workers.  Results go to
-``work/bench/keras.json``.
+``work/bench/keras_speed.json``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv: List[str]) -> int:
           f"keras 2 workers / 1 worker: {med['keras x2'] / med['keras x1']:.2f}")
     out = REPO / "work" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "keras.json").write_text(json.dumps({"runs": runs, "median": med, "ratio": ratio}, indent=1))
+    (out / "keras_speed.json").write_text(json.dumps({"runs": runs, "median": med, "ratio": ratio}, indent=1))
     return 0
 
 
