@@ -24,7 +24,7 @@ from sparktrain.errors import ConfigError, RunMismatchError
 from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
-from sparktrain.train.inputs import exists, infer_inputs, read_features_json
+from sparktrain.train.inputs import column_stats, exists, infer_inputs, read_features_json
 from sparktrain.train.launcher import ElasticPolicy, LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams
@@ -232,8 +232,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             train_path, val_path, data_fp = self._dataframe_input(dataset, store, run_id, stored)
             root, meta = plan_mod.run_uri(store, run_id, "data"), None
             binary01 = data_fp["dataframe"].get("label_is_01")
+        stats = column_stats(train_path)  # footers only, read once for the task and the inputs
         if self.getTask() == "auto" and not (meta or {}).get("task"):
-            if binary01 is None and _float_01_range(train_path, label):
+            if binary01 is None and _float_01_range(stats, label):
                 binary01 = plan_mod.float_label_is_01(_session_for(dataset), train_path, label)
             if binary01:  # Spark ML's convention: 0.0/1.0 double labels are two classes
                 meta = dict(meta or {}, task="binary")
@@ -242,7 +243,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             train_path, label,
             numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
             categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,
-            task=self.getTask(), exclude=exclude, meta=meta)
+            task=self.getTask(), exclude=exclude, meta=meta, stats=stats)
         spec = self._worker_spec(train_path, val_path, inputs, run_id, store)
         factories = {name: _qualname(fn) for name, fn in (("model", self._model_factory),
                                                           ("loss", self._loss_factory),
@@ -363,13 +364,11 @@ def _split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
     return train, (val if exists(val) and train != root else None), meta
 
 
-def _float_01_range(train_path: str, label: str) -> bool:
+def _float_01_range(stats: Dict[str, Dict[str, Any]], label: str) -> bool:
     """A floating-point label whose footer statistics say min 0 and max 1 (maybe binary, maybe not)."""
     import pyarrow as pa
 
-    from sparktrain.train.inputs import column_stats
-
-    st = column_stats(train_path).get(label)
+    st = stats.get(label)
     return st is not None and pa.types.is_floating(st["type"]) and st["min"] == 0 and st["max"] == 1
 
 

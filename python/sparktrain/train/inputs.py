@@ -93,7 +93,8 @@ def _cardinalities_from_features(meta: Optional[Dict[str, Any]]) -> Dict[str, in
 
 def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] = None,
                  categorical: Optional[Sequence[str]] = None, task: str = "auto",
-                 exclude: Sequence[str] = (), meta: Optional[Dict[str, Any]] = None) -> InputSpec:
+                 exclude: Sequence[str] = (), meta: Optional[Dict[str, Any]] = None,
+                 stats: Optional[Dict[str, Dict[str, Any]]] = None) -> InputSpec:
     """Build the :class:`InputSpec` for ``train_path``.
 
     Parameters
@@ -112,7 +113,7 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
     """
     import pyarrow as pa
 
-    stats = column_stats(train_path)
+    stats = stats if stats is not None else column_stats(train_path)
     if label not in stats:
         raise MissingColumnError(label, list(stats), where=f"the training data at '{train_path}' (labelCol)")
     for col in [*(numeric or []), *(categorical or [])]:
