@@ -5,6 +5,7 @@ Same model (the default embeddings + MLP), same data, same epochs:
 * time from ``fit`` to the first training step, and the whole fit;
 * samples/s with 2 workers x 1 thread against 1 worker x 2 threads;
 * plain torch in one process streaming the same Parquet (the ceiling);
+* KerasEstimator with 2 workers (gloo all-reduce): its training-loop samples/s against torch's;
 * with ``--flights``: test AUC on flights against Spark MLlib LogisticRegression.
 
 Usage::
@@ -53,11 +54,12 @@ def make_dataset(spark, root: Path, rows: int) -> str:
     return str(path)
 
 
-def ours(spark, path: str, workers: int, epochs: int, threads: int, store: str):
-    from sparktrain.train.estimator import TorchEstimator
+def ours(spark, path: str, workers: int, epochs: int, threads: int, store: str, framework: str = "torch"):
+    from sparktrain.train.estimator import KerasEstimator, TorchEstimator
 
     os.environ["SPARKTRAIN_TORCH_THREADS"] = str(threads)
-    est = TorchEstimator(numWorkers=workers, epochs=epochs, batchSize=BATCH, labelCol="label", store=store,
+    cls = KerasEstimator if framework == "keras" else TorchEstimator
+    est = cls(numWorkers=workers, epochs=epochs, batchSize=BATCH, labelCol="label", store=store,
                          logEverySteps=20)
     est.show_progress = False
     t0 = time.perf_counter()
@@ -180,13 +182,15 @@ def main() -> int:
 
     ours(spark, path, 2, 1, 1, store)  # warm the Python workers once, as a long-lived cluster would be
     names = {"r2": "sparktrain TorchEstimator 2 workers x 1 thr", "r1": "sparktrain TorchEstimator 1 worker x 2 thr",
-             "td": "TorchDistributor(local_mode=False) 2 procs", "sp": "plain torch, 1 process, 2 threads"}
+             "td": "TorchDistributor(local_mode=False) 2 procs", "sp": "plain torch, 1 process, 2 threads",
+             "k2": "sparktrain KerasEstimator 2 workers x 1 thr"}
     runs: dict = {k: [] for k in names}
     for rep in range(args.repeats):
         runs["r2"].append(ours(spark, path, 2, args.epochs, 1, store))
         runs["r1"].append(ours(spark, path, 1, args.epochs, 2, store))
         runs["td"].append(torch_distributor(spark, path, args.epochs))
         runs["sp"].append(single_process(path, args.epochs))
+        runs["k2"].append(ours(spark, path, 2, args.epochs, 1, store, framework="keras"))
         print(f"  repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]['total_s']:.1f} s" for k, v in runs.items()),
               flush=True)
 
@@ -217,6 +221,10 @@ def main() -> int:
                   "for the cores: this ratio swings with the machine's load")
     res.add("throughput 2x1 / 1x2 (training loop only)",
             ratios(col("r2", "train_samples_per_s"), col("r1", "train_samples_per_s")), "ratio")
+    keras = ratios(col("k2", "train_samples_per_s"), col("r2", "train_samples_per_s"))
+    res.goal("Keras / torch, 2 workers (training-loop samples/s)", keras, ">= 0.5", met_at_least(keras, 0.5))
+    res.add("Keras / torch, 2 workers (whole fit, with TensorFlow's start-up)",
+            ratios(col("k2", "samples_per_s"), col("r2", "samples_per_s")), "ratio")
     res.add("ours whole-fit / single process", ratios(col("r2", "samples_per_s"), col("sp", "samples_per_s")),
             "ratio")
     if args.flights:

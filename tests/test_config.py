@@ -200,8 +200,9 @@ ERRORS = [
     ("label-as-feature", _add_feature({"name": "late", "type": "boolean"}), [], ConfigError,
      r"config key 'data.label' = 'late': the label cannot also be a feature; remove it from features$"),
     ("keras-with-horovod", None, ["train.framework=keras", "train.backend=horovod"], ConfigError,
-     (r"config key 'train.backend' = 'horovod': Keras trains under MultiWorkerMirroredStrategy \('mwms'\); "
-      r"Horovod with Keras 3 does not average gradients. Use backend: mwms, or framework: torch for horovod/ddp$")),
+     (r"config key 'train.backend' = 'horovod': Keras all-reduces its gradients with 'gloo' \(default\) or under "
+      r"MultiWorkerMirroredStrategy \('mwms'\); Horovod with Keras 3 does not average gradients. Use backend: gloo, "
+      r"or framework: torch for horovod/ddp$")),
     ("torch-with-mwms", None, ["train.backend=mwms"], ConfigError,
      r"config key 'train.backend' = 'mwms': torch trains with 'ddp' or 'horovod'$"),
     ("tune-without-space", None, ["tune.space={}"], ConfigError,

@@ -208,8 +208,30 @@ def test_torch_ddp_listeners_stay_on_loopback(spark, small_dataset, tmp_path):
 
 
 @pytest.mark.tensorflow
-def test_keras_listeners_documented(spark, small_dataset, tmp_path):
-    """TF's gRPC server binds every interface ('::'): measured, and documented in docs/training.md.
+def test_keras_gloo_listeners_stay_on_loopback(spark, small_dataset, tmp_path):
+    """Keras' default backend: rank 0's child serves the TCPStore, every child has gloo pairs, all on loopback."""
+    from sparktrain.train.estimator import KerasEstimator
+
+    est = KerasEstimator(numWorkers=2, epochs=1, batchSize=128, labelCol="label", store=str(tmp_path))
+    est.show_progress = False
+    with _Listeners() as listeners:
+        est.fit(small_dataset)
+    report = listeners.describe()
+    keras = listeners.keras_workers()
+    assert len(keras) == 2, f"expected 2 Keras worker processes, saw {sorted(keras)}\n{report}"
+    new = listeners.new()
+    stores = {addr: pid for addr, pid in new.items() if pid in keras and len(listeners.clients_of(addr[1], keras)) >= 2}
+    assert len(stores) == 1, f"expected one TCPStore listener in a Keras worker, saw {sorted(stores)}\n{report}"
+    (store_addr, _), = stores.items()
+    gloo = {addr: pid for addr, pid in new.items() if pid in keras and addr != store_addr}
+    assert {pid for pid in gloo.values()} == keras, f"a Keras rank without a gloo listener: {sorted(gloo)}\n{report}"
+    wide = sorted(addr for addr in listeners.seen if addr[0] not in LOOPBACK)
+    assert not wide, f"listeners beyond loopback: {wide}\n{report}"
+
+
+@pytest.mark.tensorflow
+def test_keras_mwms_listeners_documented(spark, small_dataset, tmp_path):
+    """backend='mwms': TF's gRPC server binds every interface ('::'), as docs/training.md says.
 
     Each Keras worker process (one per rank, a child of a Python worker) must
     have been seen with its gRPC server on its own ``TF_CONFIG`` port; every
@@ -217,7 +239,8 @@ def test_keras_listeners_documented(spark, small_dataset, tmp_path):
     """
     from sparktrain.train.estimator import KerasEstimator
 
-    est = KerasEstimator(numWorkers=2, epochs=1, batchSize=128, labelCol="label", store=str(tmp_path))
+    est = KerasEstimator(numWorkers=2, epochs=1, batchSize=128, labelCol="label", store=str(tmp_path),
+                         backend="mwms")
     est.show_progress = False
     with _Listeners() as listeners:
         est.fit(small_dataset)

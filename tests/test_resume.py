@@ -224,3 +224,64 @@ def test_tuning_trials_resume_where_they_stopped(rows_dataset, tmp_path):
                   if e["event"] in ("started", "resumed")]
         # checkpoints every 5 steps, the fault at step 12 of epoch 1: the retried trial continues at step 10
         assert starts == [("started", 0, 0, world), ("resumed", 1, 10, world)], (mode, starts)
+
+
+@pytest.mark.torch
+def test_elastic_run_continues_on_the_free_slots(spark, rows_dataset, tmp_path):
+    """elastic=True: a rank fails while another job holds a slot; the run continues on 1 worker, every row once.
+
+    ``local[2]`` (no stage retry): rank 1 raises at epoch 1, step 12; a job that started waiting for a
+    slot at the end of epoch 0 gets one of the two freed slots, so one is free: the driver relaunches
+    on 1 worker from the checkpoint at step 10.
+    """
+    import threading
+    import time
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    sc = spark.sparkContext
+    started = threading.Event()
+
+    def hold_a_slot() -> None:
+        sc.setJobGroup("hold-a-slot", "a job holding one task slot", interruptOnCancel=True)
+        started.set()
+        try:
+            sc.parallelize([0], 1).map(lambda x: time.sleep(120) or x).collect()
+        except Exception:  # cancelled below
+            pass
+
+    holder = threading.Thread(target=hold_a_slot, daemon=True)
+
+    class StartHolder:
+        def on_step(self, epoch, step, metrics):
+            pass
+
+        def on_epoch(self, epoch, metrics):
+            if epoch == 0 and holder.ident is None:
+                holder.start()
+                started.wait(10)
+                time.sleep(1.0)  # its task is queued behind the barrier stage
+
+    store, traces = tmp_path / "store", tmp_path / "traces"
+    os.environ["SPARKTRAIN_TRACE_ROWS"] = f"row_id:{traces}/elastic"
+    os.environ["SPARKTRAIN_FAULT_INJECT"] = "1:1:12:raise"
+    try:
+        est = TorchEstimator(numWorkers=2, epochs=3, batchSize=64, learningRate=0.01, labelCol="label",
+                             store=str(store), runId="elastic", logEverySteps=5, checkpointEverySteps=5,
+                             excludeCols=["row_id"], shuffleBuffer=256, seed=3, elastic=True, minWorkers=1)
+        est.show_progress = False
+        est.setCallbacks([StartHolder()])
+        model = est.fit(rows_dataset)
+    finally:
+        os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
+        os.environ.pop("SPARKTRAIN_TRACE_ROWS", None)
+        sc.cancelJobGroup("hold-a-slot")
+        holder.join(60)
+    assert est.last_launch.world_sizes == [2, 1]
+    assert [h["epoch"] for h in model.history] == [0, 1, 2]
+    kept, _, starts = committed_rows(store, traces, "elastic")
+    assert starts == [(2, 0, 0), (1, 1, 10)]
+    for epoch in (0, 1, 2):  # the rest of epoch 1 re-sharded onto 1 rank, epoch 2 on 1 rank: every row once
+        assert sum(kept[epoch].values()) == TRAIN_ROWS and set(kept[epoch]) == set(range(TRAIN_ROWS)), epoch
+    resumed = [e for e in _events(store, "elastic") if e["event"] == "resumed"][-1]
+    assert resumed["world_size"] == 1 and resumed["batch_size"] == 128

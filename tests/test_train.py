@@ -84,13 +84,15 @@ def test_torch_ddp_two_workers_identical_params_and_live_metrics(spark, dataset,
 
 
 @pytest.mark.tensorflow
-def test_keras_mwms_two_workers_identical_weights(spark, dataset, tmp_path):
+@pytest.mark.parametrize("backend", ["auto", "mwms"])
+def test_keras_two_workers_identical_weights(spark, dataset, tmp_path, backend):
+    """gloo (the default) and MultiWorkerMirroredStrategy: both ranks end with the same weights."""
     from sparktrain.train.estimator import KerasEstimator
 
-    est = _estimator(KerasEstimator, tmp_path, epochs=2)
+    est = _estimator(KerasEstimator, tmp_path, epochs=2, backend=backend)
     model = est.fit(dataset)
     digests = est.last_launch.param_digests
-    assert digests[0] == digests[1]
+    assert len(digests) == 2 and digests[0] == digests[1]
     assert model.history[-1]["val_auc"] > 0.9
     scored = model.transform(spark.read.parquet(os.path.join(dataset, "test")))
     row = scored.selectExpr("avg(cast(prediction = cast(label as double) as double)) as acc",

@@ -174,7 +174,7 @@ class TrainConfig:
     """
 
     framework: Literal["torch", "keras"] = "torch"
-    backend: Literal["auto", "ddp", "mwms", "horovod"] = "auto"
+    backend: Literal["auto", "ddp", "gloo", "mwms", "horovod"] = "auto"
     num_workers: int = 2
     epochs: int = 3
     batch_size: int = 512
@@ -229,9 +229,10 @@ class TrainConfig:
             require(1 <= self.min_workers <= self.num_workers, "train.min_workers", self.min_workers,
                     f"must be in [1, num_workers = {self.num_workers}]")
         if self.framework == "keras":
-            require(self.backend in ("auto", "mwms"), "train.backend", self.backend,
-                    "Keras trains under MultiWorkerMirroredStrategy ('mwms'); Horovod with Keras 3 does "
-                    "not average gradients. Use backend: mwms, or framework: torch for horovod/ddp")
+            require(self.backend in ("auto", "gloo", "mwms"), "train.backend", self.backend,
+                    "Keras all-reduces its gradients with 'gloo' (default) or under MultiWorkerMirroredStrategy "
+                    "('mwms'); Horovod with Keras 3 does not average gradients. Use backend: gloo, or framework: "
+                    "torch for horovod/ddp")
         else:
             require(self.backend in ("auto", "ddp", "horovod"), "train.backend", self.backend,
                     "torch trains with 'ddp' or 'horovod'")

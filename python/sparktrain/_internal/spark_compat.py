@@ -84,6 +84,25 @@ def free_slots(spark) -> Optional[int]:
     return max(0, total - running)
 
 
+def waiting_retry(spark, group: str) -> bool:
+    """True when ``group``'s first stage is a retry (attempt >= 1) with no task running (classic Spark).
+
+    A retried barrier stage waits, without a timeout, until all its tasks can
+    start at once: after a lost executor that may be never.
+    """
+    if is_connect(spark):
+        return False
+    tracker = spark.sparkContext.statusTracker()
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        if job is None or job.status != "RUNNING" or not job.stageIds:
+            continue
+        stage = tracker.getStageInfo(min(job.stageIds))
+        if stage is not None and stage.currentAttemptId >= 1 and stage.numActiveTasks == 0:
+            return True
+    return False
+
+
 def _connect_slots(spark) -> Optional[int]:
     def number(key: str) -> Optional[int]:
         value = conf_get(spark, key)

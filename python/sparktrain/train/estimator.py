@@ -298,11 +298,12 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
         backend = self.getBackend()
         if backend == "auto":
-            backend = "mwms" if self._framework == "keras" else "ddp"
-        if self._framework == "keras" and backend != "mwms":
+            backend = "gloo" if self._framework == "keras" else "ddp"
+        if self._framework == "keras" and backend not in ("gloo", "mwms"):
             preflight.check_framework("keras", backend)  # explains why horovod+keras is refused
-            raise ConfigError("backend", backend, "Keras trains with 'mwms' (MultiWorkerMirroredStrategy)")
-        if self._framework == "torch" and backend == "mwms":
+            raise ConfigError("backend", backend, "Keras trains with 'gloo' (default) or 'mwms' "
+                                                  "(MultiWorkerMirroredStrategy)")
+        if self._framework == "torch" and backend in ("gloo", "mwms"):
             raise ConfigError("backend", backend, "torch trains with 'ddp' or 'horovod'")
 
         def pickled(fn: Optional[Callable]) -> Optional[bytes]:
@@ -400,9 +401,11 @@ class TorchEstimator(_DistributedEstimator):
 
 
 class KerasEstimator(_DistributedEstimator):
-    """Train a Keras 3 (TensorFlow) network across executors under MultiWorkerMirroredStrategy.
+    """Train a Keras 3 (TensorFlow) network across executors, gradients all-reduced by gloo.
 
-    A custom training loop runs under the strategy (``model.fit`` under MWMS
+    A custom training loop sums each step's gradients over the ranks with
+    gloo (``backend='gloo'``, default) or runs under
+    MultiWorkerMirroredStrategy (``backend='mwms'``; ``model.fit`` under MWMS
     fails with Keras 3, keras-team/keras#20585).  Horovod is refused: with
     Keras 3 its DistributedOptimizer silently does not average gradients.
 

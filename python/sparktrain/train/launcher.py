@@ -63,6 +63,9 @@ class _FirstStep:
             self.t = time.perf_counter()
 
 
+ELASTIC_SETTLE_S = 2.0  # after a failure, before an elastic run counts the free slots
+
+
 @dataclass(frozen=True)
 class ElasticPolicy:
     """``train.elastic``: after a failure, continue on the free slots if there are at least ``min_workers``."""
@@ -85,7 +88,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
     sizes = [spec.num_workers]
     while True:
         try:
-            result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s)
+            result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s, elastic)
             result.world_sizes = sizes
             return result
         except TrainingStalledError:
@@ -93,7 +96,10 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
         except TrainingError as exc:
             if elastic is None or relaunches >= max(1, spark_compat.task_max_failures(spark)):
                 raise
-            free = spark_compat.free_slots(spark)
+            free: Optional[int] = exc.free if isinstance(exc, _SlotsLost) else None
+            if free is None:
+                time.sleep(ELASTIC_SETTLE_S)  # let the scheduler hand the failed stage's slots out (or lose them)
+                free = spark_compat.free_slots(spark)
             if free is None or free >= spec.num_workers:
                 raise  # not a lost executor: the same failure would happen again
             if free < elastic.min_workers:
@@ -108,8 +114,68 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
             sizes.append(free)
 
 
+class _SlotsLost(TrainingError):
+    """Spark's retry of the training stage waited for slots that are not free (elastic runs only)."""
+
+    def __init__(self, message: str, free: int) -> None:
+        super().__init__(message, rank=None, host=None)
+        self.free = free
+
+
+class _SlotMonitor:
+    """Watch for a retried training stage waiting for more task slots than are free.
+
+    Spark retries a failed barrier stage on the same number of tasks and waits,
+    without a timeout, until all of them can start at once.  After a lost
+    executor that may never happen.  Every ``WARN_S`` seconds of such a wait is
+    logged; with an elastic policy, a wait of ``ELASTIC_SETTLE_S`` with at
+    least ``min_workers`` free slots cancels the stage so that :func:`launch`
+    continues on the free slots.
+    """
+
+    WARN_S = 30.0
+
+    def __init__(self, spark, group: str, num_workers: int, run_id: str, elastic: Optional[ElasticPolicy],
+                 poll: float = 0.5) -> None:
+        import threading
+
+        self.spark, self.group, self.n, self.run_id, self.elastic = spark, group, num_workers, run_id, elastic
+        self.free: Optional[int] = None  # set when the monitor cancelled the stage
+        self._poll = poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sparktrain-slots", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        since: Optional[float] = None
+        warned = 0.0
+        while not self._stop.wait(self._poll):
+            try:
+                waiting = spark_compat.waiting_retry(self.spark, self.group)
+                free = spark_compat.free_slots(self.spark) if waiting else None
+            except Exception:  # the context is stopping: nothing to watch
+                return
+            if not waiting or free is None or free >= self.n:
+                since = None
+                continue
+            now = time.monotonic()
+            since = since or now
+            if self.elastic is not None and free >= self.elastic.min_workers and now - since >= ELASTIC_SETTLE_S:
+                self.free = free
+                spark_compat.cancel_group(self.spark, self.group)
+                return
+            if now - since >= warned + self.WARN_S:
+                warned = now - since
+                log.warning("run %s: the retry of the training stage has waited %.0f s for %d task slots, %d free%s",
+                            self.run_id, now - since, self.n, free,
+                            "" if self.elastic else "; with elastic=True (minWorkers) it would continue on them")
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback], show_bar: bool,
-                 t0: float, log_every_s: float = 30.0) -> LaunchResult:
+                 t0: float, log_every_s: float = 30.0, elastic: Optional[ElasticPolicy] = None) -> LaunchResult:
     first = _FirstStep()
     host = spark_compat.driver_host(spark)
     server = ProgressServer(host, [first, *callbacks], epochs=spec.epochs, show_bar=show_bar,
@@ -118,6 +184,7 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
     own_group = group is None
     group = group or f"sparktrain-{spec.run_id}-{uuid.uuid4().hex[:8]}"
     watchdog: Optional[StallWatchdog] = None
+    slots: Optional[_SlotMonitor] = None
     try:
         if server is not None:
             spec = replace(spec, progress_address=server.address, token=server.token)
@@ -130,6 +197,8 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
         # map stage as a whole (up to spark.task.maxFailures), but never a barrier ResultStage.
         df = (spark.range(0, n, 1, numPartitions=n)
               .mapInArrow(make_task(spec), RESULT_SCHEMA, barrier=True).repartition(1))
+        if own_group:
+            slots = _SlotMonitor(spark, group, n, spec.run_id, elastic)
         try:
             if own_group:
                 with spark_compat.job_group(spark, group, f"sparktrain training, run {spec.run_id}"):
@@ -140,8 +209,14 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
             stalled = watchdog.stalled if watchdog is not None else None
             if stalled is not None:
                 raise TrainingStalledError(stalled, spec.stall_timeout_s) from exc
+            if slots is not None and slots.free is not None:
+                cause = _root_cause(spec) or {}
+                raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "
+                                 f"slots, {slots.free} free", slots.free) from exc
             raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None)) from exc
     finally:
+        if slots is not None:
+            slots.close()
         if watchdog is not None:
             watchdog.close()
         if server is not None:

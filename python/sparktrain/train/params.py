@@ -145,8 +145,9 @@ class _DistributedParams(_ModelParams, HasSeed):
                                     _fraction("dropout"))
     task: "Param[str]" = Param(Params._dummy(), "task", "auto | binary | multiclass | regression",
                                _one_of("task", ["auto", "binary", "multiclass", "regression"]))
-    backend: "Param[str]" = Param(Params._dummy(), "backend", "auto | ddp | horovod | mwms",
-                                  _one_of("backend", ["auto", "ddp", "horovod", "mwms"]))
+    backend: "Param[str]" = Param(Params._dummy(), "backend",
+                                  "auto | ddp | horovod (torch); auto | gloo | mwms (Keras)",
+                                  _one_of("backend", ["auto", "ddp", "gloo", "horovod", "mwms"]))
     store: "Param[str]" = Param(Params._dummy(), "store", "checkpoint store: local path or pyarrow fs URI",
                                 TypeConverters.toString)
     shuffleBuffer: "Param[int]" = Param(Params._dummy(), "shuffleBuffer", "row-level shuffle buffer size",
@@ -226,7 +227,7 @@ class _DistributedParams(_ModelParams, HasSeed):
         return self.getOrDefault(self.task)
 
     def getBackend(self) -> str:
-        """``auto``, ``ddp``, ``horovod`` or ``mwms``."""
+        """``auto``, ``ddp``, ``horovod`` (torch), ``gloo`` or ``mwms`` (Keras)."""
         return self.getOrDefault(self.backend)
 
     def getStore(self) -> str:

@@ -49,12 +49,15 @@ def check_framework(framework: str, backend: str) -> None:
     module = {"torch": "torch", "keras": "tensorflow"}[framework]
     if importlib.util.find_spec(module) is None:
         raise MissingDependencyError(module, INSTALL[module], f"framework '{framework}'")
+    if framework == "keras" and backend in ("auto", "gloo") and importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError("torch", INSTALL["torch"], "Keras backend 'gloo' (torch.distributed "
+                                     "all-reduces the gradients); or use backend 'mwms'")
     if backend == "horovod":
         if framework == "keras":
             raise PreflightError(
                 "backend 'horovod' with Keras is refused: with Keras 3, hvd.DistributedOptimizer inside "
-                "model.fit runs but silently does not average gradients. Use backend 'mwms' for Keras "
-                "(MultiWorkerMirroredStrategy) or framework 'torch' with horovod.")
+                "model.fit runs but silently does not average gradients. Use backend 'gloo' (default) or "
+                "'mwms' for Keras, or framework 'torch' with horovod.")
         if importlib.util.find_spec("horovod") is None:
             raise MissingDependencyError("horovod", INSTALL["horovod"], "backend 'horovod'")
 

@@ -5,8 +5,10 @@ reuses Python workers between tasks; a child process per task gives each
 training run a fresh TF.  The child has its own process group and dies with
 the task (a parent-death signal, and a kill of its group when the task fails
 or is interrupted), so a failed fit or a timed-out trial leaves no process and
-no open port behind.  ``TF_CONFIG`` is built from the barrier task
-addresses gathered with ``allGather``.
+no open port behind.  With ``backend='gloo'`` rank 0's child serves the
+rendezvous TCPStore on the socket the task bound to its own address (passed
+as a file descriptor); with ``'mwms'``, ``TF_CONFIG`` is built from the
+barrier task addresses gathered with ``allGather``.
 """
 
 from __future__ import annotations
@@ -40,10 +42,15 @@ def train_in_subprocess(spec: WorkerSpec, ctx: WorkerContext, peers: List[Dict[s
     with tempfile.TemporaryDirectory(prefix="sparktrain-keras-") as tmp:
         args_path, out_path = os.path.join(tmp, "args.pkl"), os.path.join(tmp, "result.pkl")
         with open(args_path, "wb") as fh:
+            # gloo: rank 0's child serves the TCPStore on the socket the task pre-bound to its own address
+            sock = ctx.listen_sock if spec.backend != "mwms" else None
+            listen_fd = sock.fileno() if sock is not None else None
             pickle.dump({"spec": spec, "rank": ctx.rank, "world_size": ctx.world_size, "host": ctx.host,
-                         "attempt": ctx.attempt}, fh)
+                         "attempt": ctx.attempt, "master_host": ctx.master_host, "master_port": ctx.master_port,
+                         "listen_fd": listen_fd}, fh)
         env = dict(os.environ)
-        env["TF_CONFIG"] = tf_config(peers, ctx.rank)
+        if spec.backend == "mwms":
+            env["TF_CONFIG"] = tf_config(peers, ctx.rank)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_addresses) if spec.use_gpu else "-1"
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -52,7 +59,9 @@ def train_in_subprocess(spec: WorkerSpec, ctx: WorkerContext, peers: List[Dict[s
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([spec.python or sys.executable, "-m", "sparktrain.train._executor.keras_worker",
                                      args_path, out_path], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=_die_with_parent, pass_fds=() if listen_fd is None else (listen_fd,))
+            if sock is not None:  # the child owns the rendezvous socket now
+                sock.close()
             try:
                 proc.wait()
             finally:  # the task failed or was interrupted (a cancelled job): never leave the child behind

@@ -1,7 +1,20 @@
-"""Keras 3 worker: a custom training loop under ``MultiWorkerMirroredStrategy``.
+"""Keras 3 worker: a custom training loop, gradients all-reduced by gloo (or under MWMS).
 
-``model.fit`` under MWMS fails with Keras 3 (keras-team/keras#20585); a custom
-loop with ``strategy.run`` keeps the weights identical on every worker.
+``backend='gloo'`` (the default): every rank runs the same single-device
+Keras model; each step computes the gradients in one ``tf.function``, packs
+them into one flat vector, sums it over the ranks with ``torch.distributed``
+(gloo, the rendezvous and collectives the torch path uses, confined to the
+executor's address) from a ``numpy_function`` inside the same
+``tf.function``, and applies it.  All ranks receive the same sum, so their
+weights stay identical.  Embedding gradients are made dense first, for both
+backends: left sparse (``IndexedSlices``), MWMS exchanged them outside its
+packed all-reduce and Keras ran 6x slower than torch on flights
+(docs/training.md).
+
+``backend='mwms'``: the loop runs under ``MultiWorkerMirroredStrategy``
+(``model.fit`` under MWMS fails with Keras 3, keras-team/keras#20585); its
+gRPC servers listen on all interfaces.
+
 Run as ``python -m sparktrain.train._executor.keras_worker ARGS.pkl OUT.pkl``.
 """
 
@@ -11,17 +24,19 @@ import hashlib
 import io
 import os
 import pickle
+import socket
 import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
 from sparktrain.train._executor import metrics as M
 from sparktrain.train._executor.batches import epoch_batches
 from sparktrain.train._executor.checkpoint import Checkpointer
+from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
 from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
 from sparktrain.train._executor.epochs import Layer, dummy_row
 from sparktrain.train._executor.loop import Loop
@@ -37,11 +52,16 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     threads = max(1, int(os.environ.get("SPARKTRAIN_TF_THREADS", os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-    # All gradients in one all-reduce per step (packed), not one per variable.
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            bytes_per_pack=64 << 20,
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+    mwms = spec.backend == "mwms"
+    if mwms:  # all gradients in one all-reduce per step (packed), not one per variable
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                bytes_per_pack=64 << 20,
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+    else:
+        strategy = tf.distribute.get_strategy()  # the default: one device, no cross-worker ops
+        init_process_group(ctx, spec.stall_timeout_s)
+    coll = Collectives("ddp", ctx.world_size)
     import keras
 
     keras.utils.set_random_seed(spec.seed)
@@ -75,25 +95,37 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             return loss_obj(y, logits)
         return loss_obj(tf.reshape(y, [-1, 1]), logits)
 
-    @tf.function(input_signature=sig)
-    def train_step(x_num, x_cat, y, weight, global_batch):
-        def step_fn(x_num, x_cat, y, weight, global_batch):
-            with tf.GradientTape() as tape:
-                logits = forward(x_num, x_cat, True)
-                per = per_example_loss(y, logits) * weight
-                loss = tf.reduce_sum(per) / global_batch
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return tf.reduce_sum(per), logits
-        return strategy.run(step_fn, args=(x_num, x_cat, y, weight, global_batch))
+    variables = model.trainable_variables
 
-    @tf.function
-    def allreduce(vec):
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda v: tf.identity(v), args=(vec,)),
-                               axis=None)
+    def loss_and_grads(x_num, x_cat, y, weight, global_batch):
+        with tf.GradientTape() as tape:
+            logits = forward(x_num, x_cat, True)
+            per = per_example_loss(y, logits) * weight
+            loss = tf.reduce_sum(per) / global_batch
+        grads = tape.gradient(loss, variables)
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
+        return grads, tf.reduce_sum(per), logits
 
-    def allreduce_np(vec: np.ndarray) -> np.ndarray:
-        return allreduce(tf.constant(vec, dtype=tf.float64)).numpy()
+    if mwms:
+        @tf.function(input_signature=sig)
+        def train_step(x_num, x_cat, y, weight, global_batch):
+            def step_fn(*args):
+                grads, loss_sum, logits = loss_and_grads(*args)
+                optimizer.apply_gradients(zip(grads, variables))
+                return loss_sum, logits
+            return strategy.run(step_fn, args=(x_num, x_cat, y, weight, global_batch))
+
+        @tf.function
+        def allreduce(vec):
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda v: tf.identity(v), args=(vec,)),
+                                   axis=None)
+
+        def allreduce_np(vec: np.ndarray) -> np.ndarray:
+            return allreduce(tf.constant(vec, dtype=tf.float64)).numpy()
+    else:
+        train_step = _gloo_step(tf, sig, loss_and_grads, optimizer, variables, coll)
+        allreduce_np = coll.allreduce_sum
+        _sync_weights(model, coll)
 
     loop = Loop(spec, ctx, allreduce_np)
     history = loop.resume.history
@@ -166,7 +198,60 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     result: Dict[str, Any] = {"history": history, "param_digest": h.hexdigest()}
     if ctx.rank == 0:
         result["model_bytes"] = export_model(model)
+    if not mwms:
+        shutdown_process_group(ctx.world_size)
+    del coll  # after the process group (see Collectives)
     return result
+
+
+def _gloo_step(tf: Any, sig: Any, loss_and_grads: Callable, optimizer: Any, variables: List[Any],
+               coll: Collectives) -> Callable:
+    """The training step, one ``tf.function``: gradients, their sum over the ranks by gloo, the update.
+
+    All gradients go as one flat float32 vector through ``coll`` (a
+    ``numpy_function`` inside the graph); the loss is already divided by the
+    global batch, so the sum is the global batch's gradient.  One rank: no
+    all-reduce.
+    """
+    if coll.world_size == 1:
+        @tf.function(input_signature=sig)
+        def local_step(*args):
+            grads, loss_sum, logits = loss_and_grads(*args)
+            optimizer.apply_gradients(zip(grads, variables))
+            return loss_sum, logits
+        return local_step
+
+    shapes = [tuple(v.shape) for v in variables]
+    sizes = [int(np.prod(s)) for s in shapes]
+
+    def summed(flat: np.ndarray) -> np.ndarray:
+        return coll.allreduce_sum(flat, dtype=np.float32)
+
+    @tf.function(input_signature=sig)
+    def step(*args):
+        grads, loss_sum, logits = loss_and_grads(*args)
+        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], 0)
+        total = tf.numpy_function(summed, [flat], tf.float32, stateful=True)
+        total.set_shape(flat.shape)
+        parts = tf.split(total, sizes)
+        optimizer.apply_gradients(zip([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, variables)],
+                                      variables))
+        return loss_sum, logits
+
+    return step
+
+
+def _sync_weights(model: Any, coll: Collectives) -> None:
+    """Rank 0's initial weights on every rank (a user's model factory may not be seeded)."""
+    if coll.world_size == 1:
+        return
+    weights = model.get_weights()
+    flat = coll.broadcast(np.concatenate([np.asarray(w, dtype=np.float64).reshape(-1) for w in weights]))
+    out, pos = [], 0
+    for w in weights:
+        out.append(flat[pos:pos + w.size].reshape(w.shape).astype(w.dtype))
+        pos += w.size
+    model.set_weights(out)
 
 
 def export_model(model) -> bytes:
@@ -183,9 +268,12 @@ def main(argv: List[str]) -> int:
         args = pickle.load(fh)
     spec: WorkerSpec = args["spec"]
     reporter = Reporter(spec.progress_address, args["rank"], args["host"], spec.token)
-    ctx = WorkerContext(rank=args["rank"], world_size=args["world_size"], host=args["host"], master_host="",
-                        master_port=0, aux_port=0, attempt=args["attempt"],
-                        checkpointer=Checkpointer(spec.store, spec.run_id, spec.launch_id), reporter=reporter)
+    fd = args.get("listen_fd")
+    ctx = WorkerContext(rank=args["rank"], world_size=args["world_size"], host=args["host"],
+                        master_host=args.get("master_host", ""), master_port=int(args.get("master_port") or 0),
+                        aux_port=0, attempt=args["attempt"],
+                        checkpointer=Checkpointer(spec.store, spec.run_id, spec.launch_id), reporter=reporter,
+                        listen_sock=socket.socket(fileno=fd) if fd is not None else None)
     try:
         result = train(spec, ctx)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent task

@@ -68,7 +68,7 @@ class WorkerSpec:
     """Everything a barrier task needs to train; only primitives and bytes."""
 
     framework: str                 # torch | keras
-    backend: str                   # ddp | horovod | mwms
+    backend: str                   # ddp | horovod (torch); gloo | mwms (Keras)
     num_workers: int
     epochs: int
     batch_size: int

@@ -16,6 +16,7 @@ import numpy as np
 
 from sparktrain.train._executor import metrics as M
 from sparktrain.train._executor.batches import epoch_batches
+from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
 from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
 from sparktrain.train._executor.epochs import Layer, dummy_row
 from sparktrain.train._executor.loop import Loop
@@ -80,48 +81,13 @@ def to_prediction(logits, task: str):
     return logits.reshape(-1)
 
 
-class _Collectives:
-    """The few collectives the loop needs, for DDP or Horovod.
-
-    DDP all-reduces go through buffers this object owns (one per length) and
-    keeps until it is dropped, after the process group (see :func:`train`).
-    A tensor made for one call and dropped by Python while a gloo thread still
-    holds the finished work would have its Python object freed by that thread,
-    which needs the GIL; if the main thread is then destroying the process
-    group (joining those threads, GIL held), both wait forever (seen once in
-    a test run: the main thread in ``~ProcessGroupGloo`` joining, a gloo
-    thread in ``~AsyncWork`` waiting for the GIL).
-    """
-
-    def __init__(self, backend: str, world_size: int) -> None:
-        self.backend = backend
-        self.world_size = world_size
-        self._buffers: Dict[int, Any] = {}
-
-    def allreduce_sum(self, vec: np.ndarray) -> np.ndarray:
-        import torch
-        if self.world_size == 1:
-            return vec
-        flat = np.ascontiguousarray(vec, dtype=np.float64).reshape(-1)
-        if self.backend == "horovod":
-            import horovod.torch as hvd
-            return hvd.allreduce(torch.from_numpy(flat), op=hvd.Sum).numpy().reshape(np.shape(vec))
-        import torch.distributed as dist
-        buf = self._buffers.get(flat.size)
-        if buf is None:
-            buf = self._buffers[flat.size] = torch.zeros(flat.size, dtype=torch.float64)
-        buf.copy_(torch.from_numpy(flat))
-        dist.all_reduce(buf)
-        return buf.numpy().copy().reshape(np.shape(vec))
-
-
 def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     """Train on this rank's shards; rank 0 writes the exported model to the store."""
     import torch
 
     torch.set_num_threads(max(1, int(os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
     device = _device(spec, ctx)
-    coll = _Collectives(spec.backend, ctx.world_size)
+    coll = Collectives(spec.backend, ctx.world_size)
     _init_process_group(spec, ctx)
     torch.manual_seed(spec.seed)
     np.random.seed(spec.seed)
@@ -210,7 +176,7 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     return result
 
 
-def evaluate(path: str, net, inputs: InputSpec, spec: WorkerSpec, ctx: WorkerContext, coll: _Collectives,
+def evaluate(path: str, net, inputs: InputSpec, spec: WorkerSpec, ctx: WorkerContext, coll: Collectives,
              device, prefix: str) -> Dict[str, float]:
     """Loss/accuracy/AUC over this rank's shard of ``path``, all-reduced."""
     import torch
@@ -262,21 +228,7 @@ def _init_process_group(spec: WorkerSpec, ctx: WorkerContext) -> None:
         import horovod.torch as hvd  # env set by horovod_rdzv in the barrier task
         hvd.init()
         return
-    if ctx.world_size == 1:
-        return
-    from datetime import timedelta
-
-    import torch.distributed as dist
-    backend = "nccl" if spec.use_gpu and _cuda() else "gloo"
-    # A rank that stops making progress fails its peers' collectives (gloo's default timeout is 30 min);
-    # the driver's watchdog (sparktrain.train.watchdog) names the stalled rank first, at stall_timeout_s.
-    dist.init_process_group(backend, store=ctx.make_store(), rank=ctx.rank, world_size=ctx.world_size,
-                            timeout=timedelta(seconds=collective_timeout(spec.stall_timeout_s)))
-
-
-def collective_timeout(stall_timeout_s: float) -> float:
-    """The collectives' own timeout: a backstop after the driver's watchdog (1.5 x stallTimeout + 10 s)."""
-    return 1.5 * stall_timeout_s + 10.0
+    init_process_group(ctx, spec.stall_timeout_s, "nccl" if spec.use_gpu and _cuda() else "gloo")
 
 
 def _cuda() -> bool:
@@ -326,8 +278,4 @@ def _shutdown(spec: WorkerSpec, ctx: WorkerContext) -> None:
         import horovod.torch as hvd
         hvd.shutdown()
         return
-    if ctx.world_size == 1:
-        return
-    import torch.distributed as dist
-    dist.barrier()
-    dist.destroy_process_group()
+    shutdown_process_group(ctx.world_size)

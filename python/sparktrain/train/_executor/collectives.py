@@ -1,0 +1,97 @@
+"""The collectives a worker loop needs, over ``torch.distributed`` (gloo/nccl) or Horovod.
+
+Both frameworks use them: the torch worker for its metric sums (DDP does the
+gradients), the Keras worker for its gradients too (``backend='gloo'``: one
+flat gradient vector per step, all-reduced by gloo; see docs/training.md for
+its speed against ``MultiWorkerMirroredStrategy``).  Imports torch lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import numpy as np
+
+from sparktrain.train._executor.context import WorkerContext
+
+
+def collective_timeout(stall_timeout_s: float) -> float:
+    """The collectives' own timeout: a backstop after the driver's watchdog (1.5 x stallTimeout + 10 s)."""
+    return 1.5 * stall_timeout_s + 10.0
+
+
+def init_process_group(ctx: WorkerContext, stall_timeout_s: float, backend: str = "gloo") -> None:
+    """Join the run's process group through the rank-0 TCPStore (nothing to do for one rank).
+
+    A rank that stops making progress fails its peers' collectives (gloo's
+    default timeout is 30 min); the driver's watchdog
+    (:mod:`sparktrain.train.watchdog`) names the stalled rank first, at ``stall_timeout_s``.
+    """
+    if ctx.world_size == 1:
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, store=ctx.make_store(), rank=ctx.rank, world_size=ctx.world_size,
+                            timeout=timedelta(seconds=collective_timeout(stall_timeout_s)))
+
+
+def shutdown_process_group(world_size: int) -> None:
+    """``barrier()`` then ``destroy_process_group()``: without it rank 0 may abort at exit."""
+    if world_size == 1:
+        return
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+class Collectives:
+    """Sum-all-reduce of numpy vectors for DDP (gloo) or Horovod.
+
+    All-reduces go through buffers this object owns (one per length and
+    dtype) and keeps until it is dropped, after the process group.  A tensor
+    made for one call and dropped by Python while a gloo thread still holds
+    the finished work would have its Python object freed by that thread, which
+    needs the GIL; if the main thread is then destroying the process group
+    (joining those threads, GIL held), both wait forever (seen once in a test
+    run: the main thread in ``~ProcessGroupGloo`` joining, a gloo thread in
+    ``~AsyncWork`` waiting for the GIL).
+    """
+
+    def __init__(self, backend: str, world_size: int) -> None:
+        self.backend = backend
+        self.world_size = world_size
+        self._buffers: Dict[Tuple[int, str], Any] = {}
+
+    def allreduce_sum(self, vec: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """The element-wise sum of ``vec`` over all ranks (``vec`` itself for one rank)."""
+        import torch
+
+        if self.world_size == 1:
+            return vec
+        flat = np.ascontiguousarray(vec, dtype=dtype).reshape(-1)
+        if self.backend == "horovod":
+            import horovod.torch as hvd
+            return hvd.allreduce(torch.from_numpy(flat), op=hvd.Sum).numpy().reshape(np.shape(vec))
+        import torch.distributed as dist
+        key = (flat.size, np.dtype(dtype).str)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = torch.zeros(flat.size, dtype=getattr(torch, np.dtype(dtype).name))
+        buf.copy_(torch.from_numpy(flat))
+        dist.all_reduce(buf)
+        return buf.numpy().copy().reshape(np.shape(vec))
+
+    def broadcast(self, vec: np.ndarray, root: int = 0) -> np.ndarray:
+        """Rank ``root``'s ``vec`` on every rank (gloo only)."""
+        import torch
+        import torch.distributed as dist
+
+        if self.world_size == 1:
+            return vec
+        buf = torch.from_numpy(np.array(vec, copy=True).reshape(-1))
+        self._buffers[(-1, str(buf.dtype))] = buf  # kept alive with the others (see the class docstring)
+        dist.broadcast(buf, src=root)
+        return buf.numpy().copy().reshape(np.shape(vec))
