@@ -17,7 +17,8 @@ One ``local[2,2]`` session (a failed barrier stage is retried once) with
 Each row prints the seconds from the fault to a clear error or to training
 again, whether anything was lost, and where the model is; the resume rows
 also count rows skipped / repeated (by row id) and steps redone, and compare
-the final ``val_loss`` with the clean run.  With ``--flights`` (default) the
+the final ``val_loss`` with the clean run; the same clean fit with another
+seed shows how far two runs that only differ in init and data order land.  With ``--flights`` (default) the
 checkpoint overhead is measured on the flights job: samples/s with
 checkpoints every 50 steps and with the default cadence, against none.
 Results go to ``work/bench/faults.json``.
@@ -262,6 +263,9 @@ def main(argv: List[str]) -> int:
     clean, _ = _fit(path, str(store), "clean", 2, str(traces))
     clean_s = time.perf_counter() - t0
     clean_val = clean.history[-1]["val_loss"]
+    # The order noise of this job: the same clean fit with another seed (init and data order).
+    other, _ = _fit(path, str(store), "clean-seed4", 2, str(traces), seed=4)
+    noise = abs(other.history[-1]["val_loss"] - clean_val) / clean_val
     rows: List[Dict[str, Any]] = [_foreign_output(spark, raw, base), _stall(path, str(store), args.stall_timeout),
                                   _outage(spark, raw, base), _oversized(spark, raw, base)]
     killed, _ = _fit(path, str(store), "killed", 2, str(traces), fault="1:1:22:exit")
@@ -271,7 +275,8 @@ def main(argv: List[str]) -> int:
     rows.append(_resume_row("shrink 2 to 1", store, traces, "shrink", clean_val, shrunk.history[-1]["val_loss"]))
     overhead = None if args.no_flights else _overhead(spark, base, args.repeats)
 
-    print(f"\nclean fit: {clean_s:.1f} s, val_loss {clean_val:.4f}\n")
+    print(f"\nclean fit: {clean_s:.1f} s, val_loss {clean_val:.4f}; the same fit with seed 4: "
+          f"{other.history[-1]['val_loss']:.4f} ({100 * noise:.2f}% apart: the job's order noise)\n")
     print(f"{'fault':<24} {'seconds':>8}  {'goal':>6}  {'lost':<5} outcome / model")
     for r in rows:
         secs = r.get("fault_to_error_s", r.get("fault_to_training_s", r.get("job_s")))
@@ -293,7 +298,8 @@ def main(argv: List[str]) -> int:
     hangs = sum(1 for r in rows if r.get("silent_hang"))
     out = REPO / "work" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "faults.json").write_text(json.dumps({"clean_s": clean_s, "rows": rows, "overhead": overhead},
+    (out / "faults.json").write_text(json.dumps({"clean_s": clean_s, "rows": rows, "overhead": overhead,
+                                                 "order_noise_rel": noise},
                                                 indent=1, default=str))
     print(f"faults: {len(rows)} scenarios, {lost} lost, {hangs} silent hangs")
     shutil.rmtree(base, ignore_errors=True)
