@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sparktrain.errors import (ConfigError, MissingColumnError, MissingDependencyError, PreflightError,
@@ -98,6 +99,25 @@ def test_keras_two_workers_identical_weights(spark, dataset, tmp_path, backend):
     row = scored.selectExpr("avg(cast(prediction = cast(label as double) as double)) as acc",
                             "min(probability) as lo", "max(probability) as hi").first()
     assert row.acc > 0.85 and 0.0 <= row.lo <= row.hi <= 1.0
+
+
+@pytest.mark.tensorflow
+def test_keras_gloo_averages_batchnorm_statistics(spark, dataset, tmp_path):
+    """Under gloo only gradients are summed: BatchNorm's moving statistics are averaged before checkpoints."""
+    from sparktrain.train.estimator import KerasEstimator
+
+    def factory(inputs, model_spec):
+        import keras
+
+        from sparktrain.train._executor.keras_model import build_default_model
+        base = build_default_model(inputs, model_spec)
+        return keras.Model(base.inputs, keras.layers.BatchNormalization(name="bn")(base.output))
+
+    est = _estimator(KerasEstimator, tmp_path, epochs=1).setModelFactory(factory)
+    model = est.fit(dataset)
+    digests = est.last_launch.param_digests  # over get_weights(): the moving mean and variance included
+    assert len(digests) == 2 and digests[0] == digests[1]
+    assert np.isfinite(model.history[-1]["val_loss"])
 
 
 @pytest.mark.torch

@@ -93,12 +93,15 @@ def waiting_retry(spark, group: str) -> bool:
     if is_connect(spark):
         return False
     tracker = spark.sparkContext.statusTracker()
+    active = set(tracker.getActiveStageIds())
     for job_id in tracker.getJobIdsForGroup(group):
         job = tracker.getJobInfo(job_id)
         if job is None or job.status != "RUNNING" or not job.stageIds:
             continue
-        stage = tracker.getStageInfo(min(job.stageIds))
-        if stage is not None and stage.currentAttemptId >= 1 and stage.numActiveTasks == 0:
+        first = min(job.stageIds)
+        stage = tracker.getStageInfo(first) if first in active else None
+        if stage is not None and stage.currentAttemptId >= 1 and stage.numActiveTasks == 0 \
+                and stage.numCompletedTasks == 0:
             return True
     return False
 

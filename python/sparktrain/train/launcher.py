@@ -88,7 +88,9 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
     sizes = [spec.num_workers]
     while True:
         try:
-            result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s, elastic)
+            can_relaunch = elastic is not None and relaunches < max(1, spark_compat.task_max_failures(spark))
+            result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s,
+                                  elastic if can_relaunch else None)
             result.world_sizes = sizes
             return result
         except TrainingStalledError:
@@ -128,9 +130,9 @@ class _SlotMonitor:
     Spark retries a failed barrier stage on the same number of tasks and waits,
     without a timeout, until all of them can start at once.  After a lost
     executor that may never happen.  Every ``WARN_S`` seconds of such a wait is
-    logged; with an elastic policy, a wait of ``ELASTIC_SETTLE_S`` with at
-    least ``min_workers`` free slots cancels the stage so that :func:`launch`
-    continues on the free slots.
+    logged; with an elastic policy (given only while :func:`launch` may still
+    relaunch), a wait of ``ELASTIC_SETTLE_S`` with at least ``min_workers``
+    free slots cancels the stage so that :func:`launch` continues on them.
     """
 
     WARN_S = 30.0
@@ -156,7 +158,7 @@ class _SlotMonitor:
             except Exception:  # the context is stopping: nothing to watch
                 return
             if not waiting or free is None or free >= self.n:
-                since = None
+                since, warned = None, 0.0
                 continue
             now = time.monotonic()
             since = since or now

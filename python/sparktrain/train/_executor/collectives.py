@@ -92,6 +92,6 @@ class Collectives:
         if self.world_size == 1:
             return vec
         buf = torch.from_numpy(np.array(vec, copy=True).reshape(-1))
-        self._buffers[(-1, str(buf.dtype))] = buf  # kept alive with the others (see the class docstring)
+        self._buffers[(-buf.numel(), str(buf.dtype))] = buf  # kept alive with the others (see the class docstring)
         dist.broadcast(buf, src=root)
         return buf.numpy().copy().reshape(np.shape(vec))

@@ -15,6 +15,12 @@ of steps (batch sizes differ by at most one row), so nothing is skipped or
 repeated.  A further change inside that pass adds another layer on top.
 Later epochs use the new world size's normal sharding.
 
+Except when the new world size divides the run's and the global batch is
+kept (:class:`~sparktrain.train._executor.loop.Loop`): then each new rank
+trains, step by step, the batches of several of the run's ranks
+(``epoch_batches`` for each of them, concatenated), the layers stay those of
+the run's world size, and every global batch holds the rows it had before.
+
 Everything is computed from the dataset's row-group sizes and the seed, never
 from the data; rows are read a shuffle window at a time (bounded memory).
 """

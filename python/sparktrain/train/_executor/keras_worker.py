@@ -103,15 +103,17 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             per = per_example_loss(y, logits) * weight
             loss = tf.reduce_sum(per) / global_batch
         grads = tape.gradient(loss, variables)
-        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g) for g, v in zip(grads, variables)]
-        return grads, tf.reduce_sum(per), logits
+        # Dense (sparse embedding gradients slowed MWMS 6x); a variable without a gradient is left out, as
+        # Keras does (decided when the step is traced: the same on every rank).
+        pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables) if g is not None]
+        return pairs, tf.reduce_sum(per), logits
 
     if mwms:
         @tf.function(input_signature=sig)
         def train_step(x_num, x_cat, y, weight, global_batch):
             def step_fn(*args):
-                grads, loss_sum, logits = loss_and_grads(*args)
-                optimizer.apply_gradients(zip(grads, variables))
+                pairs, loss_sum, logits = loss_and_grads(*args)
+                optimizer.apply_gradients(pairs)
                 return loss_sum, logits
             return strategy.run(step_fn, args=(x_num, x_cat, y, weight, global_batch))
 
@@ -123,7 +125,7 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
         def allreduce_np(vec: np.ndarray) -> np.ndarray:
             return allreduce(tf.constant(vec, dtype=tf.float64)).numpy()
     else:
-        train_step = _gloo_step(tf, sig, loss_and_grads, optimizer, variables, coll)
+        train_step = _gloo_step(tf, sig, loss_and_grads, optimizer, coll)
         allreduce_np = coll.allreduce_sum
         _sync_weights(model, coll)
 
@@ -167,11 +169,15 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
             if reduced is not None:
                 window[:] = 0
             if due:
+                if not mwms:
+                    _average_non_trainable(model, coll)
                 now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
                 loop.checkpoint(epoch, now, state_vec, history, state_bytes)
             loop.beat.set_phase("data")
         loop.beat.set_phase("collective")
         train_time = time.perf_counter() - t0
+        if not mwms:
+            _average_non_trainable(model, coll)
         metrics = M.finalize(allreduce_np(state_vec), inputs.task, prefix="train_")
         if spec.val_path:
             val = M.new_state(inputs.task)
@@ -204,41 +210,59 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
     return result
 
 
-def _gloo_step(tf: Any, sig: Any, loss_and_grads: Callable, optimizer: Any, variables: List[Any],
-               coll: Collectives) -> Callable:
+def _gloo_step(tf: Any, sig: Any, loss_and_grads: Callable, optimizer: Any, coll: Collectives) -> Callable:
     """The training step, one ``tf.function``: gradients, their sum over the ranks by gloo, the update.
 
-    All gradients go as one flat float32 vector through ``coll`` (a
-    ``numpy_function`` inside the graph); the loss is already divided by the
-    global batch, so the sum is the global batch's gradient.  One rank: no
-    all-reduce.
+    All gradients go as one flat vector (float64 if any variable is, else
+    float32) through ``coll`` (a ``numpy_function`` inside the graph); the
+    loss is already divided by the global batch, so the sum is the global
+    batch's gradient.  One rank: no all-reduce.
     """
     if coll.world_size == 1:
         @tf.function(input_signature=sig)
         def local_step(*args):
-            grads, loss_sum, logits = loss_and_grads(*args)
-            optimizer.apply_gradients(zip(grads, variables))
+            pairs, loss_sum, logits = loss_and_grads(*args)
+            optimizer.apply_gradients(pairs)
             return loss_sum, logits
         return local_step
 
-    shapes = [tuple(v.shape) for v in variables]
-    sizes = [int(np.prod(s)) for s in shapes]
-
-    def summed(flat: np.ndarray) -> np.ndarray:
-        return coll.allreduce_sum(flat, dtype=np.float32)
-
     @tf.function(input_signature=sig)
     def step(*args):
-        grads, loss_sum, logits = loss_and_grads(*args)
-        flat = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], 0)
-        total = tf.numpy_function(summed, [flat], tf.float32, stateful=True)
+        pairs, loss_sum, logits = loss_and_grads(*args)
+        wide = any(g.dtype == tf.float64 for g, _ in pairs)
+        dtype, np_dtype = (tf.float64, np.float64) if wide else (tf.float32, np.float32)
+        shapes = [tuple(v.shape) for _, v in pairs]
+        sizes = [int(np.prod(s)) for s in shapes]
+        flat = tf.concat([tf.reshape(tf.cast(g, dtype), [-1]) for g, _ in pairs], 0)
+        total = tf.numpy_function(lambda a: coll.allreduce_sum(a, dtype=np_dtype), [flat], dtype, stateful=True)
         total.set_shape(flat.shape)
         parts = tf.split(total, sizes)
-        optimizer.apply_gradients(zip([tf.cast(tf.reshape(p, s), v.dtype) for p, s, v in zip(parts, shapes, variables)],
-                                      variables))
+        optimizer.apply_gradients([(tf.cast(tf.reshape(p, s), v.dtype), v)
+                                   for p, s, (_, v) in zip(parts, shapes, pairs)])
         return loss_sum, logits
 
     return step
+
+
+def _average_non_trainable(model: Any, coll: Collectives) -> None:
+    """Average the float non-trainable variables (e.g. BatchNorm's moving statistics) over the ranks.
+
+    Under gloo only the gradients are summed: statistics a layer updates in
+    its forward pass would drift apart per rank.  Called on every rank before
+    a checkpoint and at the end of the fit, so what rank 0 saves holds all
+    ranks' statistics (MWMS aggregates them itself).
+    """
+    if coll.world_size == 1:
+        return
+    floats = [v for v in model.non_trainable_variables if str(v.dtype).startswith("float")]
+    if not floats:
+        return
+    values = [np.asarray(v.numpy(), dtype=np.float64) for v in floats]
+    flat = coll.allreduce_sum(np.concatenate([x.reshape(-1) for x in values])) / coll.world_size
+    pos = 0
+    for v, x in zip(floats, values):
+        v.assign(flat[pos:pos + x.size].reshape(x.shape).astype(str(v.dtype)))
+        pos += x.size
 
 
 def _sync_weights(model: Any, coll: Collectives) -> None:

@@ -9,7 +9,9 @@ the same for every framework:
     (:class:`~sparktrain.train._executor.epochs.Layer` s; empty at an epoch's start).
 ``train_state``
     the all-reduced metric sums of that epoch so far (rank 0 restores them).
-``history``, ``rng`` (numpy, Python), ``global_batch``, ``seq``, ``world``.
+``history``, ``rng`` (numpy, Python), ``global_batch``, ``seq``, ``world``,
+``shards`` (the world size whose sharding the run follows: after a shrink to a
+divisor of it, each rank trains several of its shards).
 
 Mid-epoch checkpoints happen every ``checkpoint_every_steps`` steps, and/or
 when ``checkpoint_every_s`` passed on rank 0 (decided at the periodic
@@ -52,6 +54,8 @@ class Resume:
     global_batch: int = 0
     seq: int = 0
     best: Optional[Tuple[float, int]] = None
+    world: Optional[int] = None  # ranks when the checkpoint was written
+    shards: Optional[int] = None  # the run's sharding world size (see Loop)
 
 
 class Loop:
@@ -63,12 +67,21 @@ class Loop:
         self.resume = self._load()
         configured = spec.batch_size * spec.num_workers
         self.global_batch = self.resume.global_batch or configured
+        shards = self.resume.shards or self.world
         if spec.elastic_batch == "per_rank":
             self.batch = spec.batch_size
             self.learning_rate = spec.learning_rate * (self.batch * self.world) / self.global_batch
         else:  # keep the run's global batch: per-rank batch follows the world size
             self.batch = max(1, math.ceil(self.global_batch / self.world))
             self.learning_rate = spec.learning_rate
+        if spec.elastic_batch == "global" and shards > self.world and shards % self.world == 0 \
+                and self.global_batch % shards == 0:
+            # Fewer ranks, a divisor of the run's: each takes over shards/world of the run's shards, so every
+            # global batch holds the rows it had before (the uninterrupted run's order, this epoch and later).
+            self.shards, self.shard_batch = shards, self.global_batch // shards
+            self.batch = self.global_batch // self.world
+        else:
+            self.shards, self.shard_batch = self.world, self.batch
         self.settings = ReadSettings(seed=spec.seed, shuffle=True, shuffle_buffer=spec.shuffle_buffer)
         self.seq = self.resume.seq
         self.best = self.resume.best
@@ -80,8 +93,9 @@ class Loop:
             ctx.checkpointer.log_event("started" if first else "resumed", from_epoch=self.resume.epoch,
                                        from_step=self.resume.layers[-1].done if self.resume.layers else 0,
                                        attempt=ctx.attempt, world_size=self.world, batch_size=self.batch,
-                                       learning_rate=self.learning_rate, global_batch=self.global_batch)
-            last_world = self.resume.layers[-1].world if self.resume.layers else None
+                                       learning_rate=self.learning_rate, global_batch=self.global_batch,
+                                       shards=self.shards)
+            last_world = self.resume.world if self.resume.layers else None
             if last_world is not None and last_world != self.world:
                 ctx.reporter.send("world_size", epoch=self.resume.epoch, step=self.resume.layers[-1].done,
                                   old=last_world, new=self.world, batch_size=self.batch)
@@ -100,12 +114,13 @@ class Loop:
         return Resume(epoch=meta["epoch"], layers=[Layer.from_dict(x) for x in meta["layers"]],
                       history=list(meta["history"]), train_state=None if ts is None else np.asarray(ts),
                       state=blob["state"], global_batch=int(meta["global_batch"]), seq=int(meta["seq"]) + 1,
-                      best=tuple(meta["best"]) if meta.get("best") else None)  # type: ignore[arg-type]
+                      best=tuple(meta["best"]) if meta.get("best") else None,  # type: ignore[arg-type]
+                      world=int(meta["world"]), shards=int(meta.get("shards") or meta["world"]))
 
     def epoch_layers(self, epoch: int) -> List[Layer]:
         """This launch's layers for ``epoch`` (the checkpoint's progress only in the epoch it was taken)."""
         base = self.resume.layers if epoch == self.resume.epoch else []
-        return continue_layers(base, self.world, self.batch)
+        return continue_layers(base, self.shards, self.shard_batch)
 
     def start_state(self, epoch: int, task: str) -> np.ndarray:
         """The epoch's metric sums: the checkpoint's on rank 0 when resuming inside it, else zeros."""
@@ -115,9 +130,17 @@ class Loop:
         return M.new_state(task)
 
     def batches(self, epoch: int, layers: Sequence[Layer]):
+        """``(steps, first step, iterator)`` of this rank's rest of ``epoch``.
+
+        A rank standing in for several of the run's shards (see ``__init__``)
+        trains, at each step, the concatenation of those shards' batches.
+        """
         extra = [self._trace.column] if self._trace else []
-        return epoch_batches(self.spec.train_path, self.spec.inputs, layers, self.ctx.rank, epoch, self.settings,
-                             extra=extra)
+        parts = [epoch_batches(self.spec.train_path, self.spec.inputs, layers, shard, epoch, self.settings,
+                               extra=extra) for shard in range(self.ctx.rank, self.shards, self.world)]
+        if len(parts) == 1:
+            return parts[0]
+        return parts[0][0], parts[0][1], _concat_batches([p[2] for p in parts])
 
     # -- per step -------------------------------------------------------------------------------------------
 
@@ -166,7 +189,7 @@ class Loop:
         meta = {"epoch": epoch, "layers": [x.to_dict() for x in layers],
                 "train_state": None if reduced is None else reduced.tolist(), "history": history,
                 "rng": {"numpy": np.random.get_state(), "python": random.getstate()},
-                "global_batch": self.global_batch, "seq": self.seq, "world": self.world,
+                "global_batch": self.global_batch, "seq": self.seq, "world": self.world, "shards": self.shards,
                 "best": list(self.best) if self.best else None}
         cp = self.ctx.checkpointer
         _maybe_fail_in_checkpoint(self.ctx, epoch, layers)
@@ -181,6 +204,14 @@ class Loop:
         self.beat.close()
         if self._trace:
             self._trace.close()
+
+
+def _concat_batches(iterators: Sequence[Any]) -> Any:
+    """Step by step, the batches of several shards as one (arrays and row ids concatenated in shard order)."""
+    for items in zip(*iterators):
+        arrays = tuple(np.concatenate([it[0][i] for it in items]) for i in range(3))
+        ids = None if items[0][1] is None else np.concatenate([it[1] for it in items])
+        yield arrays, ids
 
 
 class Heartbeat:
