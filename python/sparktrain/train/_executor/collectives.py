@@ -15,6 +15,9 @@ import numpy as np
 from sparktrain.train._executor.context import WorkerContext
 
 
+_SETTLE_S = 0.25
+
+
 def collective_timeout(stall_timeout_s: float) -> float:
     """The collectives' own timeout: a backstop after the driver's watchdog (1.5 x stallTimeout + 10 s)."""
     return 1.5 * stall_timeout_s + 10.0
@@ -38,12 +41,24 @@ def init_process_group(ctx: WorkerContext, stall_timeout_s: float, backend: str 
 
 
 def shutdown_process_group(world_size: int) -> None:
-    """``barrier()`` then ``destroy_process_group()``: without it rank 0 may abort at exit."""
+    """``barrier()``, a pause, then ``destroy_process_group()``: without it rank 0 may abort at exit.
+
+    The pause lets gloo's threads destroy their finished work objects first.
+    A barrier's work holds the collectives still queued when it was issued,
+    and freeing their tensors takes the GIL; ``~ProcessGroupGloo`` joins those
+    threads while the main thread holds it (through DDP's Reducer, or here).
+    Without the pause both can wait forever: seen in a test run, the main
+    thread in ``~ProcessGroupGloo`` joining, a gloo thread in
+    ``~AsyncBarrierWork`` -> ``decref_pyobject`` waiting for the GIL.
+    """
     if world_size == 1:
         return
+    import time
+
     import torch.distributed as dist
 
     dist.barrier()
+    time.sleep(_SETTLE_S)  # releases the GIL
     dist.destroy_process_group()
 
 
