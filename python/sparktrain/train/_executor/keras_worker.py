@@ -8,7 +8,7 @@ executor's address) from a ``numpy_function`` inside the same
 ``tf.function``, and applies it.  All ranks receive the same sum, so their
 weights stay identical.  Embedding gradients are made dense first, for both
 backends: left sparse (``IndexedSlices``), MWMS exchanged them outside its
-packed all-reduce and Keras ran 6x slower than torch on flights
+packed all-reduce and Keras ran 6x slower than torch on the demo job
 (docs/training.md).
 
 ``backend='mwms'``: the loop runs under ``MultiWorkerMirroredStrategy``
