@@ -180,6 +180,14 @@ def _is_keras_worker(proc: _Proc) -> bool:
     return KERAS_WORKER in proc.cmdline
 
 
+def _watch_fit(est, dataset: str) -> Tuple["_Listeners", str]:
+    """Fit ``est`` while the poller records every listener of the process tree; (listeners, report)."""
+    est.show_progress = False
+    with _Listeners() as listeners:
+        est.fit(dataset)
+    return listeners, listeners.describe()
+
+
 @pytest.fixture(scope="module")
 def small_dataset(spark, tmp_path_factory):
     from pyspark.sql import functions as F
@@ -199,10 +207,7 @@ def test_torch_ddp_listeners_stay_on_loopback(spark, small_dataset, tmp_path):
     from sparktrain.train.estimator import TorchEstimator
 
     est = TorchEstimator(numWorkers=2, epochs=2, batchSize=128, labelCol="label", store=str(tmp_path))
-    est.show_progress = False
-    with _Listeners() as listeners:
-        est.fit(small_dataset)
-    report = listeners.describe()
+    listeners, report = _watch_fit(est, small_dataset)
     workers = listeners.python_workers()
     assert workers, f"no PySpark Python worker process observed\n{report}"
     new = listeners.new()
@@ -230,10 +235,7 @@ def test_keras_gloo_listeners_stay_on_loopback(spark, small_dataset, tmp_path):
     from sparktrain.train.estimator import KerasEstimator
 
     est = KerasEstimator(numWorkers=2, epochs=1, batchSize=128, labelCol="label", store=str(tmp_path))
-    est.show_progress = False
-    with _Listeners() as listeners:
-        est.fit(small_dataset)
-    report = listeners.describe()
+    listeners, report = _watch_fit(est, small_dataset)
     assert listeners.keras_workers(), f"no Keras worker process observed\n{report}"
     # The ranks: the processes below the Python workers (not PySpark's own) that opened listeners.
     spark_py = listeners.spark_python_workers()
@@ -260,10 +262,7 @@ def test_keras_mwms_listeners_documented(spark, small_dataset, tmp_path):
 
     est = KerasEstimator(numWorkers=2, epochs=1, batchSize=128, labelCol="label", store=str(tmp_path),
                          backend="mwms")
-    est.show_progress = False
-    with _Listeners() as listeners:
-        est.fit(small_dataset)
-    report = listeners.describe()
+    listeners, report = _watch_fit(est, small_dataset)
     keras = listeners.keras_workers()
     assert len(keras) == 2, f"expected 2 Keras worker processes, saw {sorted(keras)}\n{report}"
     expected: Dict[int, int] = {}

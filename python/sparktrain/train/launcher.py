@@ -85,10 +85,11 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
     """
     t0 = time.perf_counter()
     relaunches = 0
+    budget = max(1, spark_compat.task_max_failures(spark))  # elastic relaunches allowed
     sizes = [spec.num_workers]
     while True:
+        can_relaunch = elastic is not None and relaunches < budget
         try:
-            can_relaunch = elastic is not None and relaunches < max(1, spark_compat.task_max_failures(spark))
             result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s,
                                   elastic if can_relaunch else None)
             result.world_sizes = sizes
@@ -96,7 +97,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
         except TrainingStalledError:
             raise
         except TrainingError as exc:
-            if elastic is None or relaunches >= max(1, spark_compat.task_max_failures(spark)):
+            if elastic is None or not can_relaunch:
                 raise
             free: Optional[int] = exc.free if isinstance(exc, _SlotsLost) else None
             if free is None:

@@ -206,7 +206,6 @@ def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
         result["model_bytes"] = export_model(model)
     if not mwms:
         shutdown_process_group(ctx.world_size)
-    del coll  # after the process group (see Collectives)
     return result
 
 
