@@ -75,7 +75,7 @@ def job_config(trials: int = 8, parallelism: int = 2, tune_epochs: int = 1):
 
 
 def ensure_dataset(spark, cfg) -> str:
-    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.job import run_preprocess
 
     root = cfg.output.path
     if not os.path.isfile(os.path.join(root, "features.json")):
@@ -324,7 +324,7 @@ def report(args, cfg, rows: int, ours: Dict[str, Any], ray: Dict[str, Any]) -> N
          note=of.get("error", "") or "rank 1 killed in epoch 2")
     pair("steps redone per worker after the kill", "steps", [of["steps_redone"]] if "steps_redone" in of else [],
          [rf["steps_redone"]] if rf.get("steps_redone") is not None else [], digits=0,
-         note="both checkpoint per epoch: the interrupted epoch restarts")
+         note="here both checkpoint at epoch ends only: the interrupted epoch restarts")
     pair("test AUC", "", [f["test_auc"] for f in fits if f.get("test_auc")],
          [r["test_auc"] for r in rtrain if r.get("test_auc")], digits=4)
 

@@ -135,7 +135,7 @@ def _stall(path: str, store: str, timeout: float) -> Dict[str, Any]:
 def _foreign_output(spark, raw: str, base: Path) -> Dict[str, Any]:
     from sparktrain.config import parse_config
     from sparktrain.errors import SparktrainError
-    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.job import run_preprocess
 
     folder = base / "reports"
     folder.mkdir()
@@ -219,7 +219,7 @@ def _oversized(spark, raw: str, base: Path) -> Dict[str, Any]:
 def _overhead(spark, base: Path, repeats: int) -> Dict[str, Any]:
     """Flights samples/s: no mid-epoch checkpoints, the default cadence (30 s), every 50 steps."""
     from sparktrain.config import load_config
-    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.job import run_preprocess
     from sparktrain.train.estimator import TorchEstimator
 
     cfg = load_config(REPO / "conf" / "flights.yaml", overrides=["tracking.enabled=false",

@@ -20,7 +20,7 @@ all staged and committed by one rename (:func:`sparktrain.data.manifest.atomic_d
   fitted ``PipelineModel``).
 * **pandas**: pyarrow reads the whole table, pyarrow/numpy compute the same
   checks (:func:`sparktrain.features.validate.check_results` judges them)
-  and fit the same statistics, :func:`sparktrain.features.local.transform_local`
+  and fit the same statistics, :func:`sparktrain.serve.local.transform_local`
   transforms, ``pq.write_table`` writes.  It runs under a memory cap (polled
   every 0.1 s; default 2 GiB, about what the Spark side's process tree uses
   with a 1 GB heap): going over it is reported as OOM, not a crash of the
@@ -147,7 +147,7 @@ def fit_pandas(table: Any, plan: Any) -> Dict[str, Any]:
     """The statistics the Spark pipeline fits, computed with numpy/pyarrow in memory."""
     import numpy as np
     import pyarrow.compute as pc
-    from sparktrain.features import local as L
+    from sparktrain.serve import local as L
     from sparktrain.features import metadata as md
     from sparktrain.features.spec import CategoricalFeature, NumericFeature
 
@@ -257,7 +257,7 @@ def _pandas_job(args: argparse.Namespace, cfg: Any, plan: Any) -> int:
     from sparktrain.data.manifest import atomic_dir, build_manifest, write_manifest
     from sparktrain.features import metadata as md
     from sparktrain.features.compile import source_columns
-    from sparktrain.features.local import transform_local
+    from sparktrain.serve.local import transform_local
 
     key, label = cfg.data.key, cfg.data.label
     table = pq.read_table(args.raw, columns=list(dict.fromkeys(source_columns(cfg.features) + [key, label])))

@@ -152,7 +152,7 @@ def single_process(path: str, epochs: int):
 
 def flights(spark, cfg_path: str):
     from sparktrain.config import load_config
-    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.job import run_preprocess
     from sparktrain.job import train_stage
 
     cfg = load_config(cfg_path, overrides=["tracking.enabled=false"])

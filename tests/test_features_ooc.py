@@ -46,7 +46,8 @@ import json, logging, sys, time
 from dataclasses import replace
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
 from sparktrain.config import load_config
-from sparktrain.features.materialize import format_summary, run_preprocess
+from sparktrain.features.materialize import format_summary
+from sparktrain.job import run_preprocess
 from sparktrain.session import get_or_create_session
 out, local_dir, scale, heap = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 spark = get_or_create_session("local[2]", "sparktrain-ooc", conf={

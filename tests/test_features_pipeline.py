@@ -111,7 +111,7 @@ def test_output_schema_is_flat_float32_and_int32(spark_out, meta):
 
 
 def test_local_transform_equals_spark_within_1e6(spark_out, raw_path, meta):
-    from sparktrain.features.local import transform_local
+    from sparktrain.serve.local import transform_local
 
     raw = pq.read_table(raw_path).sort_by(KEY)
     local = transform_local(raw, meta)

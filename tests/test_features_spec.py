@@ -70,6 +70,7 @@ def test_spec_rejects_bad_options_with_the_key_path():
 
 
 def test_the_local_transform_imports_no_spark():
-    code = ("import sys; import sparktrain.features.local, sparktrain.features.metadata; "
-            "from sparktrain.features import transform_local; assert 'pyspark' not in sys.modules")
+    code = ("import sys; import sparktrain.serve.local, sparktrain.features.metadata, sparktrain.features; "
+            "from sparktrain.serve import transform_local; assert 'pyspark' not in sys.modules; "
+            "assert 'mlflow' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(REPO / "python")})

@@ -123,7 +123,7 @@ def test_nan_and_inf_are_rejected_with_on_invalid_error(spark, invalid_numbers):
 def test_nan_and_inf_are_imputed_with_on_invalid_impute_in_spark_and_locally(spark, invalid_numbers):
     from sparktrain.features import metadata as md
     from sparktrain.features.compile import compile_pipeline, plan_features
-    from sparktrain.features.local import transform_local
+    from sparktrain.serve.local import transform_local
 
     specs = parse_features([{"name": "x", "type": "numeric", "scale": "none"}])
     report = _validate(invalid_numbers, [{"name": "x", "type": "numeric"}])
@@ -140,7 +140,7 @@ def test_nan_and_inf_are_imputed_with_on_invalid_impute_in_spark_and_locally(spa
 def test_on_invalid_error_also_guards_the_fitted_model_and_the_local_transform(spark):
     from sparktrain.features import metadata as md
     from sparktrain.features.compile import compile_pipeline, plan_features
-    from sparktrain.features.local import transform_local
+    from sparktrain.serve.local import transform_local
 
     specs = parse_features([{"name": "x", "type": "numeric", "on_invalid": "error"}])
     clean = spark.createDataFrame([("a", 1.0), ("b", 2.0)], "id string, x double")

@@ -185,6 +185,24 @@ def test_torch_mid_epoch_resume_and_elastic_world_size(rows_dataset, tmp_path):
     assert not list((store / "ckpt_crash" / "checkpoints").glob("ckpt-*.tmp*"))
 
 
+@pytest.mark.torch
+@pytest.mark.slow
+def test_torch_kill_mid_accumulation_in_bf16_resumes_with_nothing_skipped_or_repeated(rows_dataset, tmp_path):
+    """4 micro-batches of 16 rows per optimizer step (64 rows, as above), bf16 autocast on CPU; rank 1's
+    Python worker dies after the first micro-batch of step 12.  The retry resumes at the step-10 checkpoint
+    (steps count optimizer steps), trains every row once, and ends where the uninterrupted bf16 run does."""
+    kw = {"batchSize": 16, "accumulateSteps": 4, "precision": "bf16"}
+    scenarios = [("clean", ("clean", 2, kw)), ("killed", ("killed", 2, {"fault": "1:1:12:micro", **kw}))]
+    out = _run("TorchEstimator", rows_dataset, tmp_path, scenarios)
+    kept, redone, starts = committed_rows(tmp_path / "store", tmp_path / "traces", "killed")
+    assert starts == [(2, 0, 0), (2, 1, 10)] and redone == 2 and out["killed"]["attempts"] == 2
+    _check_every_row_once(kept)
+    for a, b in zip(out["killed"]["history"], out["clean"]["history"]):
+        assert a["val_loss"] == pytest.approx(b["val_loss"], abs=1e-6)
+    started = [e for e in _events(tmp_path / "store", "clean") if e["event"] == "started"][0]
+    assert started["batch_size"] == 64 and started["global_batch"] == 128  # optimizer-step rows, not micro
+
+
 @pytest.mark.tensorflow
 @pytest.mark.slow
 def test_keras_mid_epoch_resume_counts_every_row_once(rows_dataset, tmp_path):

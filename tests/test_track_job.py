@@ -220,8 +220,8 @@ def test_scoring_paths_agree(job, spark, raw_rows, tmp_path):
     import mlflow.pyfunc
     from pyspark.ml import PipelineModel
 
-    from sparktrain.track.pyfunc import load_spark_model, raw_columns
-    from sparktrain.track.scoring import score_path
+    from sparktrain.serve.pyfunc import load_spark_model, raw_columns
+    from sparktrain.serve.scoring import score_path
 
     uri = f"models:/{MODEL}@champion"
     raw = spark.read.parquet(raw_rows)
@@ -254,7 +254,7 @@ def test_models_serve_over_http(job, spark, raw_rows, tmp_path):
     """``mlflow models serve --env-manager local`` on 127.0.0.1 gives the pyfunc's predictions."""
     import mlflow.pyfunc
 
-    from sparktrain.track.pyfunc import raw_columns
+    from sparktrain.serve.pyfunc import raw_columns
     from sparktrain.track.server import free_port, health_ok
 
     meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
@@ -298,7 +298,7 @@ def _ping(url: str) -> bool:
 
 
 def test_score_input_missing_a_column(job, spark, raw_rows, tmp_path):
-    from sparktrain.track.scoring import score_path
+    from sparktrain.serve.scoring import score_path
 
     thin = str(tmp_path / "thin.parquet")
     spark.read.parquet(raw_rows).drop("dep_delay").write.parquet(thin)
@@ -311,7 +311,7 @@ def test_score_input_missing_a_column(job, spark, raw_rows, tmp_path):
 def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previous_one(job, spark, raw_rows, tmp_path):
     from pyspark.sql import functions as F
 
-    from sparktrain.track.scoring import score_path
+    from sparktrain.serve.scoring import score_path
 
     uri, out = f"models:/{MODEL}@champion", tmp_path / "scored"
     n = score_path(spark, uri, raw_rows, str(out), tracking_uri=job["uri"])
@@ -337,7 +337,7 @@ def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previo
 
 
 def test_unknown_model_name_lists_registered_models(job, spark, raw_rows, tmp_path):
-    from sparktrain.track.scoring import score_path
+    from sparktrain.serve.scoring import score_path
 
     with pytest.raises(ModelNotFoundError) as err:
         score_path(spark, "models:/flights-lat@champion", raw_rows, str(tmp_path / "o"), tracking_uri=job["uri"])
@@ -370,7 +370,7 @@ def test_cli_scores_csv(job, spark, raw_rows, tmp_path):
                  "--format", "csv", "--tracking-uri", job["uri"]]) == 0
     scored = _by_key(spark.read.parquet(out).select("flight_id", "probability").toPandas())
     pq_scored = spark.read.parquet(raw_rows)
-    from sparktrain.track.pyfunc import raw_columns
+    from sparktrain.serve.pyfunc import raw_columns
 
     meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
     cols = [c for c, _ in raw_columns(meta)]

@@ -20,7 +20,7 @@ def test_keras_job_on_sqlite(spark, flights_sample, tracking_uri, tmp_path):
 
     from sparktrain.config import load_config
     from sparktrain.job import run_job
-    from sparktrain.track.pyfunc import load_spark_model, raw_columns
+    from sparktrain.serve.pyfunc import load_spark_model, raw_columns
 
     source = os.path.dirname(flights_sample.inputFiles()[0].replace("file://", ""))
     cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[

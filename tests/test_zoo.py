@@ -227,7 +227,7 @@ def test_readme_own_data_config_on_a_catalog_table(spark, tmp_path):
 
     from sparktrain.config import parse_config
     from sparktrain.job import run_job
-    from sparktrain.track.scoring import score_dataframe
+    from sparktrain.serve.scoring import score_dataframe
 
     raw = _readme_yaml()
     assert raw["data"]["source"] == "data/houses.csv" and "key" not in raw["data"]

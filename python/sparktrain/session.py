@@ -177,8 +177,3 @@ def _master_of(spark) -> str:
 
 def _same_master(spark, master: str) -> bool:
     return _master_of(spark) == master
-
-
-def master_of(spark) -> str:
-    """The master URL of ``spark`` (``'connect'`` under Spark Connect)."""
-    return _master_of(spark)

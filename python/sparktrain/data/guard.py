@@ -32,7 +32,7 @@ import os
 import posixpath
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Collection, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 import pyarrow.fs as pafs
 
@@ -243,11 +243,54 @@ def mlflow_paths(tracking_uri: Optional[str], artifact_location: Optional[str] =
     return apart, out
 
 
-def _source_path(cfg: Any) -> Optional[str]:
-    from sparktrain.datasets import EMBEDDED
+class _Data(Protocol):
+    @property
+    def source(self) -> Optional[str]: ...
 
+
+class _Output(Protocol):
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def overwrite(self) -> bool: ...
+
+
+class _Train(Protocol):
+    @property
+    def store(self) -> str: ...
+
+
+class _Tracking(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def artifact_location(self) -> str: ...
+
+
+class JobPaths(Protocol):
+    """The paths of a job config :func:`check_job_paths` reads (:class:`sparktrain.config.JobConfig` is one)."""
+
+    @property
+    def data(self) -> _Data: ...
+
+    @property
+    def output(self) -> _Output: ...
+
+    @property
+    def train(self) -> Optional[_Train]: ...
+
+    @property
+    def tracking(self) -> _Tracking: ...
+
+
+def _source_path(cfg: JobPaths, embedded: Collection[str]) -> Optional[str]:
     source = cfg.data.source
-    return source if source and source not in EMBEDDED else None
+    return source if source and source not in embedded else None
 
 
 def check_store_location(store: str, what: str = "train.store", *, dataset: Optional[str] = None,
@@ -273,13 +316,14 @@ def check_store_location(store: str, what: str = "train.store", *, dataset: Opti
                                                   f"reads whole. Fix: {fix}, outside it")
 
 
-def check_job_paths(cfg: Any, stages: Sequence[str] = ("preprocess", "train"), *, with_source: bool = True,
-                    check_content: bool = True) -> None:
+def check_job_paths(cfg: JobPaths, stages: Sequence[str] = ("preprocess", "train"), *, with_source: bool = True,
+                    check_content: bool = True, embedded: Collection[str] = ()) -> None:
     """Check a job config's output folder and training store before any Spark work.
 
     Parameters
     ----------
-    cfg : JobConfig
+    cfg : JobPaths
+        A :class:`~sparktrain.config.JobConfig`.
     stages : sequence of str
         With ``preprocess``: ``output.path``'s location (against
         ``data.source``, ``train.store``, the MLflow store and artifact folder
@@ -290,12 +334,16 @@ def check_job_paths(cfg: Any, stages: Sequence[str] = ("preprocess", "train"), *
         Compare with ``data.source`` (False when the input is a DataFrame).
     check_content : bool
         Also list ``output.path``'s top level.
+    embedded : collection of str
+        Names ``data.source`` may give instead of a path (embedded datasets:
+        the job passes :data:`sparktrain.datasets.EMBEDDED`); such a source
+        has no folder to compare with.
 
     Raises
     ------
     OutputOverlapError, OutputNotOwnedError, DatasetExistsError
     """
-    source = _source_path(cfg) if with_source else None
+    source = _source_path(cfg, embedded) if with_source else None
     store = cfg.train.store if cfg.train is not None else None
     if "preprocess" in stages:
         apart: List[Tuple[str, str]] = []
@@ -313,5 +361,5 @@ def check_job_paths(cfg: Any, stages: Sequence[str] = ("preprocess", "train"), *
         check_store_location(store, "train.store", dataset=cfg.output.path, source=source)
 
 
-__all__ = ["MARKERS", "Location", "check_job_paths", "check_output_location", "check_replaceable",
+__all__ = ["MARKERS", "JobPaths", "Location", "check_job_paths", "check_output_location", "check_replaceable",
            "check_store_location", "locate", "mlflow_paths"]

@@ -1,7 +1,7 @@
 """Feature preprocessing: a declarative spec compiled into Spark ML stages, materialized to Parquet.
 
-Importing this package imports no pyspark, so :func:`transform_local` (the
-Spark-free scorer) works where only numpy and pyarrow are installed.  Names
+Importing this package imports no pyspark (the Spark-free scorer that reads
+``features.json`` is :func:`sparktrain.serve.local.transform_local`).  Names
 are resolved lazily on first access:
 
 * spec classes (``NumericFeature``, ``CategoricalFeature``, ...) and
@@ -9,9 +9,11 @@ are resolved lazily on first access:
 * :func:`compile_pipeline`, :func:`plan_features` (``.compile``);
 * :func:`fit_features` (``.fit``), :func:`save_pipeline_model` (``.persist``);
 * :func:`validate` (``.validate``);
-* :func:`materialize`, :func:`run_preprocess`, :func:`format_summary`,
-  ``PreprocessResult`` (``.materialize``);
-* :func:`transform_local` (``.local``);
+* :func:`materialize`, :func:`format_summary`, ``PreprocessResult``
+  (``.materialize``; :func:`sparktrain.job.run_preprocess` is the job's
+  entry, with the embedded datasets);
+* ``DataConfig``, ``SplitConfig``, ``OutputConfig`` (``.sections``), the
+  job config's sections preprocessing reads;
 * the stages ``ColumnScaler``, ``VocabularyIndexer``, ``FlatFeatureAssembler``
   and their models (``.stages``), ``LabelIndexer`` and its model (``.label_stage``);
 * :func:`load_input` (``.load``): the DataFrame a ``data:`` section names.
@@ -30,19 +32,18 @@ _EXPORTS = {
     "compile_pipeline": "compile", "plan_features": "compile",
     "fit_features": "fit", "save_pipeline_model": "persist",
     "validate": "validate",
-    "materialize": "materialize", "run_preprocess": "materialize", "format_summary": "materialize",
-    "PreprocessResult": "materialize",
-    "transform_local": "local",
+    "materialize": "materialize", "format_summary": "materialize", "PreprocessResult": "materialize",
+    "DataConfig": "sections", "SplitConfig": "sections", "OutputConfig": "sections",
     "ColumnScaler": "stages", "ColumnScalerModel": "stages", "VocabularyIndexer": "stages",
     "VocabularyIndexerModel": "stages", "FlatFeatureAssembler": "stages",
     "LabelIndexer": "label_stage", "LabelIndexerModel": "label_stage", "load_input": "load",
 }
 
 __all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScalerModel", "CrossedFeature",
-           "DatetimeFeature", "FlatFeatureAssembler", "LabelIndexer", "LabelIndexerModel", "NumericFeature",
-           "PreprocessResult", "VocabularyIndexer", "VocabularyIndexerModel", "compile_pipeline", "fit_features",
-           "format_summary", "load_input", "materialize", "parse_features", "plan_features", "run_preprocess",
-           "save_pipeline_model", "transform_local", "validate"]
+           "DataConfig", "DatetimeFeature", "FlatFeatureAssembler", "LabelIndexer", "LabelIndexerModel",
+           "NumericFeature", "OutputConfig", "PreprocessResult", "SplitConfig", "VocabularyIndexer",
+           "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary", "load_input",
+           "materialize", "parse_features", "plan_features", "save_pipeline_model", "validate"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,9 +1,10 @@
 """SQL text helpers shared by the feature modules.
 
 Plain Python (no pyspark import), so :mod:`sparktrain.features.compile`,
-:mod:`sparktrain.features.stages`, :mod:`sparktrain.features.validate` and
-:mod:`sparktrain.features.materialize` can all use them without importing
-each other.
+:mod:`sparktrain.features.stages`, :mod:`sparktrain.features.validate`,
+:mod:`sparktrain.features.label`, :mod:`sparktrain.features.label_stage`,
+:mod:`sparktrain.features.split` and :mod:`sparktrain.features.materialize`
+can all use them without importing each other.
 """
 
 from __future__ import annotations

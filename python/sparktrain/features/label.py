@@ -26,6 +26,11 @@ integer or boolean label writes float32 values; ``binary``/``multiclass`` on
 a float label indexes its values like integers.  Classes come from all rows
 (not only the train split), so every split uses the same indices; a class
 unseen at fit time is scored as a null label.
+
+:func:`decide_label` is the whole policy (type, summary, check, encoding).
+Preprocess (:func:`sparktrain.features.materialize.materialize`) and
+``fit(df)`` (:func:`sparktrain.train.plan.dataframe_label`) both call it, so
+both accept the same labels and refuse the same ones with the same message.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from sparktrain.errors import ConfigError, DataError, SchemaError
-from sparktrain.features.compile import quote
+from sparktrain.features._sql import quote
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,11 @@ class LabelSummary:
     stats: Dict[str, Optional[float]] = field(default_factory=dict)
 
 
+def _where(column: str) -> str:
+    """How every label error names the column: the same words on the preprocess and the ``fit(df)`` path."""
+    return f"label column '{column}' (data.label / labelCol)"
+
+
 def task_override(cfg: Any) -> Optional[str]:
     """``train.task`` when the config has a ``train:`` section that sets it (not ``auto``), else None."""
     task = getattr(cfg.train, "task", "auto") if cfg.train is not None else "auto"
@@ -104,9 +114,9 @@ def label_kind(column: str, spark_type: str) -> str:
     if base in _CATEGORICAL:
         return "categorical"
     raise SchemaError(
-        f"label column '{column}' (data.label) has type {spark_type}, which a model cannot learn. Use a boolean, "
-        f"integer or string column (classes) or a float column (regression) as data.label; build it in your ETL "
-        f"or in data.query (e.g. SELECT *, {column}.field AS label FROM ...).")
+        f"{_where(column)} has type {spark_type}, which a model cannot learn. Use a boolean, integer or string "
+        f"column (classes) or a float column (regression) as data.label / labelCol; build it in your ETL or in "
+        f"data.query (e.g. SELECT *, {column}.field AS label FROM ...).")
 
 
 def class_kind(kind: str, task: Optional[str]) -> bool:
@@ -151,15 +161,20 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
                 max_classes: int = DEFAULT_MAX_CLASSES) -> int:
     """Raise :class:`DataError` when the label cannot be trained on; return how many rows to drop (null labels).
 
-    Refused, each naming the column, the value and the fix: null labels with
-    ``drop_null_labels`` false; a label that is null everywhere; a single class;
+    Refused, each naming the column, the value and the fix: an input with no
+    rows; null labels with ``drop_null_labels`` false; a label that is null
+    everywhere; a single class;
     more than ``max_classes`` classes; NaN or infinity in a regression label.
     """
     col, n = summary.column, summary.rows
-    where = f"label column '{col}' (data.label)"
+    where = _where(col)
     labelled = n - summary.nulls
-    if n and not labelled:
-        raise DataError(f"{where} is null in all {n:,} rows; check data.label (is '{col}' the right column?)")
+    if not n:
+        raise DataError(f"{where}: the input has no rows, so there is no label to learn; check the source, "
+                        f"data.query or the filters of the DataFrame passed to fit()")
+    if not labelled:
+        raise DataError(f"{where} is null in all {n:,} rows; check data.label / labelCol (is '{col}' the right "
+                        f"column?)")
     if summary.nulls and not drop_null_labels:
         raise DataError(f"{where} is null in {summary.nulls:,} of {n:,} rows (value: null). Set "
                         f"data.drop_null_labels: true to drop those rows, or fill the label in your ETL.")
@@ -168,7 +183,8 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
         raise DataError(
             f"{where} ({summary.source_dtype}, {task}) has {summary.nan:,} NaN and {summary.inf:,} infinite values "
             f"(value: {'NaN' if summary.nan else 'Infinity'}); a label must be finite. Drop or fix those rows in "
-            f"your ETL or data.query (WHERE NOT isnan({col}) AND abs({col}) < 'Infinity').")
+            f"your ETL, data.query or the DataFrame passed to fit() (WHERE NOT isnan({col}) AND abs({col}) < "
+            f"'Infinity').")
     if summary.classes is not None:
         classes = summary.classes
         if len(classes) > max_classes:
@@ -180,7 +196,7 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
         if len(classes) == 1:
             raise DataError(
                 f"{where} has a single class, {classes[0][1]!r}, in all {labelled:,} labelled rows: there is "
-                f"nothing to learn. Check data.label and any filter in data.query or your ETL.")
+                f"nothing to learn. Check data.label / labelCol and any filter in data.query or your ETL.")
     if summary.nulls:
         log.info("%s: %d of %d rows have a null label and are dropped (data.drop_null_labels)", where,
                  summary.nulls, n)
@@ -238,6 +254,49 @@ def encode_label(summary: LabelSummary, task: Optional[str] = None) -> LabelEnco
     return LabelEncoding(task=final, dtype=dtype, labels=labels, entry=entry)
 
 
+@dataclass(frozen=True)
+class LabelDecision:
+    """What :func:`decide_label` found and decided: the summary, how many rows to drop, the encoding."""
+
+    summary: LabelSummary
+    dropped: int
+    encoding: LabelEncoding
+
+
+def decide_label(df: Any, column: str, source_dtype: str, task: Optional[str] = None,
+                 max_classes: int = DEFAULT_MAX_CLASSES, drop_null_labels: bool = True) -> LabelDecision:
+    """The label policy, the one both preprocess and ``fit(df)`` apply: summarize, check, encode.
+
+    Parameters
+    ----------
+    df : DataFrame
+        All input rows (classes come from every row, so every split gets the same indices).
+    column, source_dtype : str
+        The label column and its Spark ``simpleString`` type.
+    task : str, optional
+        ``binary``, ``multiclass`` or ``regression`` to override the inferred task; None for auto.
+    max_classes : int
+        The most classes a label may have.
+    drop_null_labels : bool
+        Drop rows with a null label (counted in ``dropped``) instead of refusing them.
+
+    Returns
+    -------
+    LabelDecision
+
+    Raises
+    ------
+    SchemaError
+        A type no model learns from (before any job).
+    DataError, ConfigError
+        From :func:`check_label` and :func:`encode_label`: each names the column, the value and the fix.
+    """
+    label_kind(column, source_dtype)
+    summary = summarize_label(df, column, source_dtype, task, max_classes)
+    dropped = check_label(summary, drop_null_labels, max_classes)
+    return LabelDecision(summary=summary, dropped=dropped, encoding=encode_label(summary, task))
+
+
 def _plain(value: Any, text: str, kind: str) -> Any:
     """A class value as JSON holds it: int, float, or Spark's text of it."""
     if kind == "integer":
@@ -251,5 +310,5 @@ def _finite(x: Optional[float]) -> Optional[float]:
     return x if x is not None and math.isfinite(x) else None
 
 
-__all__ = ["DEFAULT_MAX_CLASSES", "LabelEncoding", "LabelSummary", "check_label", "class_kind", "encode_label",
-           "label_kind", "max_classes_of", "summarize_label", "task_override"]
+__all__ = ["DEFAULT_MAX_CLASSES", "LabelDecision", "LabelEncoding", "LabelSummary", "check_label", "class_kind",
+           "decide_label", "encode_label", "label_kind", "max_classes_of", "summarize_label", "task_override"]

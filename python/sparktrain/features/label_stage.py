@@ -29,8 +29,8 @@ from pyspark.ml.param.shared import HasLabelCol
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 from pyspark.sql import DataFrame
 
-from sparktrain.features.compile import quote, sql_string
-from sparktrain.features.label import DEFAULT_MAX_CLASSES, check_label, encode_label, summarize_label
+from sparktrain.features._sql import quote, sql_string
+from sparktrain.features.label import DEFAULT_MAX_CLASSES, decide_label
 
 MODES = ("index", "float", "keep")
 
@@ -108,9 +108,8 @@ class LabelIndexer(Estimator, HasLabelCol, DefaultParamsReadable, DefaultParamsW
     def _fit(self, dataset: DataFrame) -> LabelIndexerModel:
         label = self.getLabelCol()
         dtype = dataset.schema[label].dataType.simpleString()
-        summary = summarize_label(dataset, label, dtype, max_classes=self.getMaxClasses())
-        check_label(summary, drop_null_labels=True, max_classes=self.getMaxClasses())
-        return self._copyValues(model_for(encode_label(summary).labels, label))
+        decision = decide_label(dataset, label, dtype, max_classes=self.getMaxClasses())
+        return self._copyValues(model_for(decision.encoding.labels, label))
 
 
 def model_for(labels: Optional[List[str]], label: str) -> LabelIndexerModel:

@@ -2,7 +2,8 @@
 
 Exactly one of:
 
-* ``data.source``: an embedded dataset's name (:data:`sparktrain.datasets.EMBEDDED`),
+* ``data.source``: the name of an embedded dataset the caller passes in
+  ``embedded`` (the job passes :data:`sparktrain.datasets.EMBEDDED`),
   or a path (any URI Spark reads) read with ``data.format`` (``parquet``,
   ``csv``, ``json`` or ``orc``) and ``data.options``, Spark's reader options
   (checked by :mod:`sparktrain.features.reader_options`; CSV defaults to
@@ -18,7 +19,7 @@ views), a query Spark cannot analyze, or a reader that refuses its options
 
 Examples
 --------
->>> from sparktrain.config import DataConfig
+>>> from sparktrain.features.sections import DataConfig
 >>> df = load_input(spark, DataConfig(source="data/houses.csv", format="csv",
 ...                                   options={"nullValue": "NA"}, label="price"))   # doctest: +SKIP
 >>> df = load_input(spark, DataConfig(table="sales.orders", label="returned"))      # doctest: +SKIP
@@ -27,19 +28,32 @@ Examples
 from __future__ import annotations
 
 import logging
-from typing import Any, List
+from typing import Any, Callable, List, Mapping, Optional
 
-from sparktrain.config import DataConfig
 from sparktrain.errors import ConfigError, DatasetNotFoundError
+from sparktrain.features.sections import DataConfig
 
 log = logging.getLogger(__name__)
 
 _NOT_FOUND_PATH = ("PATH_NOT_FOUND",)
 _NOT_FOUND_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND")
 
+#: Loads a dataset that ``data.source`` names instead of a path: ``loader(spark, scale) -> DataFrame``.
+EmbeddedLoader = Callable[[Any, int], Any]
+#: Such datasets by the name ``data.source`` gives them.
+Embedded = Mapping[str, EmbeddedLoader]
 
-def load_input(spark: Any, data: DataConfig) -> Any:
+
+def load_input(spark: Any, data: DataConfig, embedded: Optional[Embedded] = None) -> Any:
     """The DataFrame ``data`` names (see the module docstring); lazy where Spark allows.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    data : DataConfig
+    embedded : mapping of str to loader, optional
+        Datasets ``data.source`` may name instead of a path, each loaded as
+        ``loader(spark, data.scale)``; any other ``data.source`` is a path.
 
     Raises
     ------
@@ -48,16 +62,14 @@ def load_input(spark: Any, data: DataConfig) -> Any:
     DatasetNotFoundError
         ``data.source`` is a path that does not exist.
     """
-    from sparktrain.datasets import EMBEDDED, load_embedded
-
     data.require_input()
     if data.table is not None:
         return _read_table(spark, data.table)
     if data.query is not None:
         return _run_query(spark, data.query)
     source = str(data.source)
-    if source in EMBEDDED:
-        return load_embedded(spark, source, data.scale)
+    if embedded and source in embedded:
+        return embedded[source](spark, data.scale)
     return _read_files(spark, source, data)
 
 
@@ -141,4 +153,4 @@ def _first_line(exc: BaseException) -> str:
     return line if len(line) <= 400 else line[:400] + "..."
 
 
-__all__ = ["catalog_tables", "load_input"]
+__all__ = ["Embedded", "EmbeddedLoader", "catalog_tables", "load_input"]

@@ -57,26 +57,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from sparktrain.config import JobConfig, SplitConfig
-from sparktrain.errors import ConfigError
 from sparktrain.features import metadata as md
 from sparktrain.features._sql import quote
 from sparktrain.features.compile import compile_pipeline, plan_features, source_columns
 from sparktrain.features.fit import fit_features
-from sparktrain.features.label import (
-    check_label,
-    encode_label,
-    label_kind,
-    max_classes_of,
-    summarize_label,
-    task_override,
-)
+from sparktrain.features.load import Embedded
+from sparktrain.features.sections import PreprocessConfig, SplitConfig
+from sparktrain.features.split import SPLIT_BUCKETS, split_case
+from sparktrain.features.label import decide_label, label_kind, max_classes_of, task_override
 from sparktrain.features.validate import check_results, check_schema, validation_sql
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
-SPLIT_BUCKETS = 10_000
 SPLIT_COLUMN = "sparktrain_split"
 PIPELINE_DIR = "pipeline_model"
 RAW_DIR = "staged_input"  # no leading "_" or ".": Spark ignores such a path given to spark.read
@@ -122,19 +115,12 @@ def split_expression(key: Optional[str], split: SplitConfig, columns: Sequence[s
     """SQL that names the split of a row from its key alone (deterministic everywhere).
 
     Without a key (``key`` None) the hash covers ``columns``, every column the
-    job reads: still deterministic, but identical rows always land in the same split.
+    job reads: still deterministic, but identical rows always land in the same
+    split.  The expression is :func:`sparktrain.features.split.split_case`,
+    the one ``fit(df)`` uses too.
     """
-    if key:
-        hashed = quote(key)
-    elif columns:
-        hashed = ", ".join(quote(c) for c in columns)
-    else:
-        raise ConfigError("data.key", None, "give data.key, or the columns to hash for a keyless split")
-    bucket = f"pmod(xxhash64(CAST({int(split.seed)} AS BIGINT), {hashed}), {SPLIT_BUCKETS})"
-    train_hi = round(split.train * SPLIT_BUCKETS)
-    val_hi = round((split.train + split.validation) * SPLIT_BUCKETS)
-    return (f"CASE WHEN {bucket} < {train_hi} THEN 'train' WHEN {bucket} < {val_hi} THEN 'validation' "
-            f"ELSE 'test' END")
+    return split_case(split.seed, [key] if key else list(columns),
+                      [("train", split.train), ("validation", split.validation), ("test", split.test)])
 
 
 @contextmanager
@@ -148,21 +134,27 @@ def _step(name: str, timings: Dict[str, float]) -> Iterator[Dict[str, Any]]:
     log.info("preprocess: %s done in %.1f s%s", name, timings[name], rows)
 
 
-def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optional[bool] = None) -> PreprocessResult:
+def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: Optional[bool] = None, *,
+                embedded: Optional[Embedded] = None) -> PreprocessResult:
     """Fit the job's features on its train split and write all splits to Parquet.
 
     Parameters
     ----------
     spark : SparkSession
-    cfg : JobConfig
-        Uses ``data`` (the input, key, label, drop_null_labels), ``features``,
-        ``split``, ``output``, and ``train.task``/``train.max_classes`` when set.
+    cfg : PreprocessConfig
+        A :class:`~sparktrain.config.JobConfig`.  Uses ``data`` (the input,
+        key, label, drop_null_labels), ``features``, ``split``, ``output``,
+        and ``train.task``/``train.max_classes`` when set.
     df : DataFrame, optional
         The raw input; loaded from ``cfg.data`` when omitted.
     stage_input : bool, optional
         Copy the columns the spec reads to Parquet first (partitioned by split),
         so an expensive source is computed once.  Default: True, except when
         the input is ``cfg.data``'s own Parquet path, which is cheap to re-read.
+    embedded : mapping, optional
+        Datasets ``data.source`` may name instead of a path
+        (:func:`sparktrain.features.load.load_input`);
+        :func:`sparktrain.job.run_preprocess` passes :data:`sparktrain.datasets.EMBEDDED`.
 
     Returns
     -------
@@ -198,7 +190,6 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
 
     from sparktrain.data.guard import check_job_paths
     from sparktrain.data.manifest import atomic_dir
-    from sparktrain.datasets import EMBEDDED
     from sparktrain.jvm import LineageRecorder
 
     t_start = time.perf_counter()
@@ -208,14 +199,14 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
     plan = plan_features(specs, key=key, label=label)  # config errors first
     given = df is not None
     # output.path: where it is and what it holds, before any Spark job (sparktrain.data.guard)
-    check_job_paths(cfg, ("preprocess",), with_source=not given)
+    check_job_paths(cfg, ("preprocess",), with_source=not given, embedded=embedded or ())
     source = "<DataFrame>" if given else cfg.data.describe()
     if stage_input is None:
         stage_input = not (not given and cfg.data.source is not None and cfg.data.format == "parquet"
-                           and cfg.data.source not in EMBEDDED)
+                           and cfg.data.source not in (embedded or ()))
     if df is None:
         from sparktrain.features.load import load_input
-        df = load_input(spark, cfg.data)
+        df = load_input(spark, cfg.data, embedded)
     types = check_schema(df.schema, specs, key, label)
     label_kind(label, types[label])  # a type no model learns from: refused before any job
     task, max_classes = task_override(cfg), max_classes_of(cfg)
@@ -249,10 +240,9 @@ def materialize(spark: Any, cfg: JobConfig, df: Any = None, stage_input: Optiona
         else:
             data, extra = tagged, checks
         with _step("check label", timings) as info:
-            summary = summarize_label(data, label, types[label], task, max_classes)
-            info["rows"] = summary.rows
-        dropped = check_label(summary, cfg.data.drop_null_labels, max_classes)
-        encoding = encode_label(summary, task)
+            decision = decide_label(data, label, types[label], task, max_classes, cfg.data.drop_null_labels)
+            info["rows"] = decision.summary.rows
+        dropped, encoding = decision.dropped, decision.encoding
         if dropped:
             data = data.where(f"{quote(label)} IS NOT NULL")
         pipeline = compile_pipeline(specs, key=key, label=label, types=types, label_labels=encoding.labels)
@@ -343,11 +333,6 @@ def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) ->
     return manifests
 
 
-def run_preprocess(spark: Any, cfg: JobConfig) -> PreprocessResult:
-    """The ``sparktrain preprocess CONFIG`` entry: load ``cfg.data`` and :func:`materialize` it."""
-    return materialize(spark, cfg)
-
-
 def format_summary(result: PreprocessResult) -> str:
     """A short human-readable report of a :class:`PreprocessResult`."""
     meta = result.features
@@ -402,4 +387,4 @@ def _delete_dir(path: str) -> None:
     fs.delete_dir(inner)
 
 
-__all__ = ["SPLITS", "PreprocessResult", "format_summary", "materialize", "run_preprocess", "split_expression"]
+__all__ = ["SPLITS", "PreprocessResult", "format_summary", "materialize", "split_expression"]

@@ -1,7 +1,7 @@
 """``features.json``: everything a trainer or a non-Spark scorer needs about the features.
 
 It is built from the fitted ``PipelineModel`` and the spec, and it is enough
-to re-apply every transform without Spark (:mod:`sparktrain.features.local`).
+to re-apply every transform without Spark (:mod:`sparktrain.serve.local`).
 Layout (``format: sparktrain.features/1``)::
 
     {

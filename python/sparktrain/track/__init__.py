@@ -1,8 +1,8 @@
-"""Record jobs in MLflow, register one model, score it from the registry.
+"""Record jobs in MLflow and register one model (scoring it is :mod:`sparktrain.serve`).
 
 A job is a parent run; each stage (profile, preprocess, train) and each
 tuning trial is a child run (tag ``mlflow.parentRunId``).  The registered
-model is one pyfunc model that carries the fitted feature transforms and the
+model is one pyfunc model (:mod:`sparktrain.serve.pyfunc`) that carries the fitted feature transforms and the
 network, so it scores raw rows in Spark (``mlflow.pyfunc.spark_udf``) and
 without Spark (``load_model(...).predict``, ``mlflow models serve``).
 
@@ -29,10 +29,6 @@ API (what :func:`sparktrain.job.run_job` uses, and what tuning builds on)
     (``.version``, ``.model_uri``, ``.champion``...).
 ``set_champion_if_better(client, name, version, metric, score, higher_is_better=True)``
     Moves alias ``champion`` to ``version`` when it strictly beats the current one.
-``score_path(spark, model_uri, input_path, output_path, fmt=None, tracking_uri=None)``
-    ``sparktrain score``: raw Parquet/CSV in, Parquet with ``prediction``/``probability`` out.
-``load_spark_model(model_uri)``
-    The registered model as a Spark ``PipelineModel`` (fitted feature stages + network).
 ``MlflowServer`` / ``serve_forever``
     A real ``mlflow server`` on 127.0.0.1 (tests; ``sparktrain mlflow-server``).
 
@@ -56,14 +52,12 @@ _EXPORTS = {
     "log_model_and_register": "sparktrain.track.registry",
     "set_champion_if_better": "sparktrain.track.registry",
     "RegisteredVersion": "sparktrain.track.registry",
-    "score_path": "sparktrain.track.scoring",
-    "load_spark_model": "sparktrain.track.pyfunc",
     "MlflowServer": "sparktrain.track.server",
     "serve_forever": "sparktrain.track.server",
 }
 
-__all__ = ["JobTracker", "MlflowCallback", "MlflowServer", "RegisteredVersion", "StageRun", "load_spark_model",
-           "log_model_and_register", "score_path", "serve_forever", "set_champion_if_better"]
+__all__ = ["JobTracker", "MlflowCallback", "MlflowServer", "RegisteredVersion", "StageRun",
+           "log_model_and_register", "serve_forever", "set_champion_if_better"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing sparktrain.track does not import mlflow

@@ -2,7 +2,7 @@
 
 After ``fit`` returns, and before any MLflow call, the job writes the model
 to its run's folder in the training store, in the layout the registry gets
-(:func:`sparktrain.track.pyfunc.write_bundle`), plus the Spark ML model and
+(:func:`sparktrain.serve.pyfunc.write_bundle`), plus the Spark ML model and
 what the tracking needs::
 
     <store>/<run>/model/
@@ -27,6 +27,8 @@ import tempfile
 import time
 from typing import Any, Dict, Optional
 
+from sparktrain.features.load import Embedded
+
 log = logging.getLogger(__name__)
 
 BUNDLE_FILE = "bundle.json"
@@ -35,8 +37,10 @@ FORMAT = "sparktrain.bundle/1"
 
 
 def model_dir(store: str, run_id: str) -> str:
-    """``<store>/<run_id>/model`` (local path or URI)."""
-    return "/".join([store.rstrip("/"), run_id, "model"])
+    """``<store>/<run_id>/model`` (local path or URI; :meth:`~sparktrain.data.run_store.RunStore.model_uri`)."""
+    from sparktrain.data.run_store import RunStore
+
+    return RunStore(store, run_id).model_uri()
 
 
 def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optional[str] = None,
@@ -46,7 +50,7 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
     Parameters
     ----------
     result : TrainResult
-        From :func:`sparktrain.job.train_stage`.
+        From :func:`sparktrain.job.train_stage` (:class:`sparktrain.train.result.TrainResult`).
     cfg : JobConfig
         The job's config (stored, so the tracking can be finished without it).
     dataset_root : str
@@ -54,7 +58,7 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
     mlflow_run_id, parent_run_id : str, optional
         The MLflow train-stage and job runs this model belongs to, when tracking is on.
     """
-    from sparktrain.track.pyfunc import write_bundle
+    from sparktrain.serve.pyfunc import write_bundle
 
     model = result.model
     target = model_dir(_store_of(cfg), model.getRunId())
@@ -140,11 +144,16 @@ def read_bundle(run_dir: str) -> Dict[str, Any]:
                              f"folder the failed job printed, e.g. --from-store work/store/<run id>")
 
 
-def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = None) -> Any:
-    """Log and register a model the store kept through a tracking outage; returns its RegisteredVersion."""
+def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = None,
+                        embedded: Optional[Embedded] = None) -> Any:
+    """Log and register a model the store kept through a tracking outage; returns its RegisteredVersion.
+
+    ``embedded``: the datasets ``data.source`` may name, for the model's
+    input example (:func:`sparktrain.track.stages.raw_input_example`).
+    """
     from sparktrain.config import parse_config
-    from sparktrain.job import TrainResult
     from sparktrain.track.stages import log_training
+    from sparktrain.train.result import TrainResult
     from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
 
     body = read_bundle(run_dir)
@@ -171,7 +180,7 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     parent = body.get("mlflow_parent_run_id")
     if parent:
         tracker.parent = StageRun(tracker.client, parent, cfg.name)
-    registered = log_training(tracker, run, spark, cfg, result, body["dataset"], callback)
+    registered = log_training(tracker, run, spark, cfg, result, body["dataset"], callback, embedded=embedded)
     tracker.client.set_tag(run.run_id, "sparktrain.registered_from_store", folder)
     tracker.end_run(run.run_id, "FINISHED")
     if parent:

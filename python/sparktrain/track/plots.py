@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-BINS = 1000  # the same 1,000 score bins the training workers use for val_auc
+# the same 1,000 score bins and AUC the training workers use for val_auc (executor code never imports this one)
+from sparktrain.train._executor.metrics import BINS, histogram_auc
 _TRAIN, _VAL = "#1f77b4", "#d62728"
 
 
@@ -77,12 +78,6 @@ def roc_points(pos: np.ndarray, neg: np.ndarray) -> Tuple[np.ndarray, np.ndarray
     tp = np.concatenate([[0.0], np.cumsum(pos[::-1])])
     fp = np.concatenate([[0.0], np.cumsum(neg[::-1])])
     return fp / max(fp[-1], 1.0), tp / max(tp[-1], 1.0)
-
-
-def histogram_auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Area under :func:`roc_points` (ties within a bin count half), as in the training workers."""
-    fpr, tpr = roc_points(pos, neg)
-    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2.0))
 
 
 def _figure(width: float = 6.4, height: float = 5.0):

@@ -192,7 +192,7 @@ def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[
 
     from mlflow import MlflowClient
 
-    from sparktrain.track.pyfunc import log_pyfunc_model
+    from sparktrain.serve.pyfunc import log_pyfunc_model
 
     client = client or MlflowClient()
     root = os.fspath(getattr(dataset, "path", dataset))

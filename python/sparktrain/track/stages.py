@@ -23,6 +23,7 @@ import logging
 import os
 from typing import Any, Dict, List, Optional
 
+from sparktrain.features.load import Embedded
 from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,12 @@ def log_preprocess(run: StageRun, dataset_root: str) -> None:
     log_source_inputs(run.client, [run.run_id], dataset_root)
 
 
-def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5):
-    """A few raw rows (the model's signature columns) for the model's input example; ``None`` on failure."""
+def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, embedded: Optional[Embedded] = None):
+    """A few raw rows (the model's signature columns) for the model's input example; ``None`` on failure.
+
+    The rows come from ``cfg.data`` at scale 1; ``embedded`` names the datasets
+    ``data.source`` may give instead of a path (:func:`sparktrain.features.load.load_input`).
+    """
     import json
 
     from pyspark.sql import functions as F
@@ -63,12 +68,12 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5):
     from dataclasses import replace
 
     from sparktrain.features.load import load_input
-    from sparktrain.track.pyfunc import MLFLOW_TO_SPARK, raw_columns
+    from sparktrain.serve.pyfunc import MLFLOW_TO_SPARK, raw_columns
 
     try:
         with open(os.path.join(dataset_root, "features.json")) as fh:
             cols = raw_columns(json.load(fh))
-        df = load_input(spark, replace(cfg.data, scale=1))
+        df = load_input(spark, replace(cfg.data, scale=1), embedded)
         return df.select([F.col(c).try_cast(MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
         log.warning("no input example for the model: %s", exc)
@@ -76,15 +81,17 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5):
 
 
 def log_training(tracker: JobTracker, run: StageRun, spark: Any, cfg: Any, result: Any, dataset_root: str,
-                 callback: Optional[MlflowCallback] = None):
+                 callback: Optional[MlflowCallback] = None, embedded: Optional[Embedded] = None):
     """Everything the train stage records; returns the :class:`~sparktrain.track.registry.RegisteredVersion`.
 
     Parameters
     ----------
     result : TrainResult
-        From :func:`sparktrain.job.train_stage`.
+        From :func:`sparktrain.job.train_stage` (:class:`sparktrain.train.result.TrainResult`).
     callback : MlflowCallback, optional
         The live callback; epochs it missed (a resumed run) are logged from the history.
+    embedded : mapping, optional
+        The datasets ``data.source`` may name, for the input example (:func:`raw_input_example`).
     """
     from sparktrain.track import plots
     from sparktrain.track.lineage import log_dataset_inputs
@@ -112,7 +119,7 @@ def log_training(tracker: JobTracker, run: StageRun, spark: Any, cfg: Any, resul
     log_dataset_inputs(tracker.client, targets, dataset_root, name=cfg.name)
     if tracker.parent is not None:
         tracker.parent.log_metrics(result.test)
-    example = raw_input_example(spark, cfg, dataset_root)
+    example = raw_input_example(spark, cfg, dataset_root, embedded=embedded)
     metrics = dict(result.test)
     if result.history and "val_loss" in result.history[-1]:
         metrics.setdefault("val_loss", result.history[-1]["val_loss"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -20,14 +21,15 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 
-from sparktrain.errors import ConfigError, RunMismatchError
+from sparktrain.errors import RunMismatchError
 from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
-from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
+from sparktrain.settings import PARAM_OF, check_together, resolve_backend
+from sparktrain.train._executor.spec import InputSpec, WorkerSpec, group_specs
 from sparktrain.train.inputs import column_stats, exists, infer_inputs, read_features_json
-from sparktrain.train.launcher import ElasticPolicy, LaunchResult, launch
+from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
-from sparktrain.train.params import _DistributedParams
+from sparktrain.train.params import _DistributedParams, attach_setters
 from sparktrain.train.plan import TrainingPlan
 from sparktrain.train.progress import TrainingCallback
 
@@ -35,24 +37,32 @@ log = logging.getLogger(__name__)
 
 
 class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable, DefaultParamsWritable):
+    """What both estimators share.
+
+    The keyword-only signatures of ``__init__`` and ``setParams`` are written
+    out for IDEs; ``tests/test_settings.py`` holds them to
+    :mod:`sparktrain.settings`.  Every setting also has a generated
+    ``getX``/``setX``.
+    """
+
     _framework = ""
     _model_cls: type = _DistributedModel
 
     @keyword_only
-    def __init__(self, *, numWorkers: Optional[int] = None, epochs: Optional[int] = None,
-                 batchSize: Optional[int] = None, learningRate: Optional[float] = None,
+    def __init__(self, *, numWorkers: Optional[int] = None, backend: Optional[str] = None,
+                 gpusPerWorker: Optional[int] = None, epochs: Optional[int] = None, batchSize: Optional[int] = None,
+                 accumulateSteps: Optional[int] = None, learningRate: Optional[float] = None,
+                 precision: Optional[str] = None, seed: Optional[int] = None, shuffleBuffer: Optional[int] = None,
                  hiddenUnits: Optional[List[int]] = None, embeddingDim: Optional[int] = None,
-                 dropout: Optional[float] = None, task: Optional[str] = None, backend: Optional[str] = None,
-                 store: Optional[str] = None, runId: Optional[str] = None, shuffleBuffer: Optional[int] = None,
-                 validationFraction: Optional[float] = None, useGpu: Optional[bool] = None,
-                 logEverySteps: Optional[int] = None, seed: Optional[int] = None,
-                 labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
+                 dropout: Optional[float] = None, checkpointEverySteps: Optional[int] = None,
+                 checkpointEverySeconds: Optional[float] = None, keepCheckpoints: Optional[int] = None,
+                 stallTimeout: Optional[float] = None, elastic: Optional[bool] = None,
+                 minWorkers: Optional[int] = None, elasticBatch: Optional[str] = None,
+                 logEverySteps: Optional[int] = None, logEverySeconds: Optional[float] = None,
+                 task: Optional[str] = None, store: Optional[str] = None, validationFraction: Optional[float] = None,
+                 runId: Optional[str] = None, labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                  categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
-                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
-                 checkpointEverySteps: Optional[int] = None, checkpointEverySeconds: Optional[float] = None,
-                 keepCheckpoints: Optional[int] = None, stallTimeout: Optional[float] = None,
-                 elastic: Optional[bool] = None, minWorkers: Optional[int] = None,
-                 elasticBatch: Optional[str] = None, logEverySeconds: Optional[float] = None) -> None:
+                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None) -> None:
         super().__init__()
         self.callbacks: List[TrainingCallback] = []
         self.show_progress = True
@@ -63,75 +73,26 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
     @keyword_only
-    def setParams(self, *, numWorkers: Optional[int] = None, epochs: Optional[int] = None,
-                  batchSize: Optional[int] = None, learningRate: Optional[float] = None,
+    def setParams(self, *, numWorkers: Optional[int] = None, backend: Optional[str] = None,
+                  gpusPerWorker: Optional[int] = None, epochs: Optional[int] = None, batchSize: Optional[int] = None,
+                  accumulateSteps: Optional[int] = None, learningRate: Optional[float] = None,
+                  precision: Optional[str] = None, seed: Optional[int] = None, shuffleBuffer: Optional[int] = None,
                   hiddenUnits: Optional[List[int]] = None, embeddingDim: Optional[int] = None,
-                  dropout: Optional[float] = None, task: Optional[str] = None, backend: Optional[str] = None,
-                  store: Optional[str] = None, runId: Optional[str] = None, shuffleBuffer: Optional[int] = None,
-                  validationFraction: Optional[float] = None, useGpu: Optional[bool] = None,
-                  logEverySteps: Optional[int] = None, seed: Optional[int] = None,
-                  labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
+                  dropout: Optional[float] = None, checkpointEverySteps: Optional[int] = None,
+                  checkpointEverySeconds: Optional[float] = None, keepCheckpoints: Optional[int] = None,
+                  stallTimeout: Optional[float] = None, elastic: Optional[bool] = None,
+                  minWorkers: Optional[int] = None, elasticBatch: Optional[str] = None,
+                  logEverySteps: Optional[int] = None, logEverySeconds: Optional[float] = None,
+                  task: Optional[str] = None, store: Optional[str] = None, validationFraction: Optional[float] = None,
+                  runId: Optional[str] = None, labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                   categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
-                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
-                  checkpointEverySteps: Optional[int] = None, checkpointEverySeconds: Optional[float] = None,
-                  keepCheckpoints: Optional[int] = None, stallTimeout: Optional[float] = None,
-                  elastic: Optional[bool] = None, minWorkers: Optional[int] = None,
-                  elasticBatch: Optional[str] = None, logEverySeconds: Optional[float] = None
-                  ) -> "_DistributedEstimator":
+                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
         return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
-
-    def setNumWorkers(self, value: int) -> "_DistributedEstimator":
-        return self._set(numWorkers=value)
-
-    def setEpochs(self, value: int) -> "_DistributedEstimator":
-        return self._set(epochs=value)
-
-    def setBatchSize(self, value: int) -> "_DistributedEstimator":
-        return self._set(batchSize=value)
-
-    def setLearningRate(self, value: float) -> "_DistributedEstimator":
-        return self._set(learningRate=value)
-
-    def setHiddenUnits(self, value: List[int]) -> "_DistributedEstimator":
-        return self._set(hiddenUnits=value)
-
-    def setEmbeddingDim(self, value: int) -> "_DistributedEstimator":
-        return self._set(embeddingDim=value)
-
-    def setDropout(self, value: float) -> "_DistributedEstimator":
-        return self._set(dropout=value)
-
-    def setTask(self, value: str) -> "_DistributedEstimator":
-        return self._set(task=value)
-
-    def setBackend(self, value: str) -> "_DistributedEstimator":
-        return self._set(backend=value)
-
-    def setStore(self, value: str) -> "_DistributedEstimator":
-        return self._set(store=value)
 
     def setRunId(self, value: str) -> "_DistributedEstimator":
         """Resume (or name) this run; unset, every ``fit`` is a new run."""
         return self._set(runId=value)
-
-    def setShuffleBuffer(self, value: int) -> "_DistributedEstimator":
-        return self._set(shuffleBuffer=value)
-
-    def setValidationFraction(self, value: float) -> "_DistributedEstimator":
-        return self._set(validationFraction=value)
-
-    def setUseGpu(self, value: bool) -> "_DistributedEstimator":
-        return self._set(useGpu=value)
-
-    def setLogEverySteps(self, value: int) -> "_DistributedEstimator":
-        return self._set(logEverySteps=value)
-
-    def setLogEverySeconds(self, value: float) -> "_DistributedEstimator":
-        return self._set(logEverySeconds=value)
-
-    def setSeed(self, value: int) -> "_DistributedEstimator":
-        return self._set(seed=value)
 
     def setLabelCol(self, value: str) -> "_DistributedEstimator":
         return self._set(labelCol=value)
@@ -151,26 +112,16 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
     def setProbabilityCol(self, value: str) -> "_DistributedEstimator":
         return self._set(probabilityCol=value)
 
-    def setCheckpointEverySteps(self, value: int) -> "_DistributedEstimator":
-        return self._set(checkpointEverySteps=value)
-
-    def setCheckpointEverySeconds(self, value: float) -> "_DistributedEstimator":
-        return self._set(checkpointEverySeconds=value)
-
-    def setKeepCheckpoints(self, value: int) -> "_DistributedEstimator":
-        return self._set(keepCheckpoints=value)
-
-    def setStallTimeout(self, value: float) -> "_DistributedEstimator":
-        return self._set(stallTimeout=value)
-
-    def setElastic(self, value: bool) -> "_DistributedEstimator":
-        return self._set(elastic=value)
-
-    def setMinWorkers(self, value: int) -> "_DistributedEstimator":
-        return self._set(minWorkers=value)
-
-    def setElasticBatch(self, value: str) -> "_DistributedEstimator":
-        return self._set(elasticBatch=value)
+    def write(self) -> Any:
+        """Spark ML's writer; factories are not persisted, and a warning names each one that is dropped."""
+        dropped = [name for name, fn in (("model", self._model_factory), ("loss", self._loss_factory),
+                                         ("optimizer", self._optimizer_factory)) if fn is not None]
+        if dropped:
+            names = ", ".join(f"{n} factory {_qualname(getattr(self, '_' + n + '_factory'))}" for n in dropped)
+            warnings.warn(f"saving {type(self).__name__} without its {names}: factories are code, not Params, "
+                          "and are not persisted; call setModelFactory/setLossFactory/setOptimizerFactory again "
+                          "after load()", UserWarning, stacklevel=2)
+        return super().write()
 
     def setCallbacks(self, callbacks: Sequence[TrainingCallback]) -> "_DistributedEstimator":
         """Objects with ``on_step``/``on_epoch`` that receive live metrics (not persisted)."""
@@ -227,11 +178,11 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             root = os.fspath(root).rstrip("/")
             train_path, val_path, meta = _split_paths(root)
             data_fp: Dict[str, Any] = plan_mod.path_fingerprint(train_path, val_path)
-            binary01 = None
-        else:
-            train_path, val_path, data_fp = self._dataframe_input(dataset, store, run_id, stored)
-            root, meta = plan_mod.run_uri(store, run_id, "data"), None
-            binary01 = data_fp["dataframe"].get("label_is_01")
+            binary01, from_frame = None, False
+        else:  # the label decided as preprocess decides it: its entry stands in for features.json's
+            train_path, val_path, data_fp, label_entry = self._dataframe_input(dataset, store, run_id, stored)
+            root, meta = plan_mod.run_uri(store, run_id, "data"), {"label": label_entry}
+            binary01, from_frame = data_fp["dataframe"].get("label_is_01"), True
         stats = column_stats(train_path)  # footers only, read once for the task and the inputs
         if self.getTask() == "auto" and not (meta or {}).get("task"):
             if binary01 is None and _float_01_range(stats, label):
@@ -252,7 +203,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         if stored is not None:
             plan_mod.check_same(run_id, stored, fp)
         return TrainingPlan(run_id=run_id, resume=stored is not None, dataset=root, train_path=train_path,
-                            val_path=val_path, inputs=inputs, spec=spec, fingerprint=fp, features=meta)
+                            val_path=val_path, inputs=inputs, spec=spec, fingerprint=fp,
+                            features=None if from_frame else meta)
 
     def model_from_plan(self, plan: TrainingPlan, model_bytes: bytes,
                         history: Sequence[Dict[str, float]]) -> _DistributedModel:
@@ -279,9 +231,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  self._framework, plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new",
                  plan.run_id, len(plan.inputs.numeric), len(plan.inputs.categorical), plan.inputs.task)
         planned = time.perf_counter() - t0
-        elastic = ElasticPolicy(self.getMinWorkers() or plan.spec.num_workers) if self.getElastic() else None
-        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress, elastic=elastic,
-                        log_every_s=self.getLogEverySeconds())
+        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
         result.plan_s = planned
         self.last_launch = result
         model = self.model_from_plan(plan, result.model_bytes, result.history)
@@ -292,19 +242,23 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         store = self.getStore()
         return store if "://" in store else os.path.abspath(store)
 
+    def checked_settings(self) -> Dict[str, Any]:
+        """Every setting by ``train:`` key, after the rules between settings (the YAML path runs the same ones).
+
+        ``backend`` comes back resolved (``auto`` is ``gloo`` for Keras, ``ddp`` for torch).
+        """
+        values = self.settings()
+        if self._framework == "keras" and values["backend"] == "horovod":
+            preflight.check_framework("keras", "horovod")  # explains why horovod+keras is refused
+        check_together(values, self._framework, lambda key: PARAM_OF[key])
+        values["backend"] = resolve_backend(self._framework, values["backend"])
+        return values
+
     def _worker_spec(self, train_path: str, val_path: Optional[str], inputs: InputSpec, run_id: str,
                      store: str) -> WorkerSpec:
         import cloudpickle
 
-        backend = self.getBackend()
-        if backend == "auto":
-            backend = "gloo" if self._framework == "keras" else "ddp"
-        if self._framework == "keras" and backend not in ("gloo", "mwms"):
-            preflight.check_framework("keras", backend)  # explains why horovod+keras is refused
-            raise ConfigError("backend", backend, "Keras trains with 'gloo' (default) or 'mwms' "
-                                                  "(MultiWorkerMirroredStrategy)")
-        if self._framework == "torch" and backend in ("gloo", "mwms"):
-            raise ConfigError("backend", backend, "torch trains with 'ddp' or 'horovod'")
+        values = self.checked_settings()
 
         def pickled(fn: Optional[Callable]) -> Optional[bytes]:
             if fn is None:
@@ -318,39 +272,41 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                     "a SparkSession, DataFrame, lock or open file.") from exc
 
         return WorkerSpec(
-            framework=self._framework, backend=backend, num_workers=self.getNumWorkers(),
-            epochs=self.getEpochs(), batch_size=self.getBatchSize(), learning_rate=self.getLearningRate(),
-            seed=self.getOrDefault(self.seed), shuffle_buffer=self.getShuffleBuffer(), inputs=inputs,
-            model=ModelSpec(hidden_units=tuple(self.getHiddenUnits()), embedding_dim=self.getEmbeddingDim(),
-                            dropout=self.getDropout()),
-            train_path=train_path, val_path=val_path, store=store, run_id=run_id,
-            use_gpu=self.getUseGpu(), log_every_steps=self.getLogEverySteps(),
+            framework=self._framework, inputs=inputs, train_path=train_path, val_path=val_path, store=store,
+            run_id=run_id, **group_specs(values),
             model_factory=pickled(self._model_factory), loss_factory=pickled(self._loss_factory),
             optimizer_factory=pickled(self._optimizer_factory),
-            env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")},
-            python=sys.executable, checkpoint_every_steps=self.getCheckpointEverySteps(),
-            checkpoint_every_s=self.getCheckpointEverySeconds(), keep_checkpoints=self.getKeepCheckpoints(),
-            elastic_batch=self.getElasticBatch(), stall_timeout_s=self.getStallTimeout())
+            env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")}, python=sys.executable)
 
     def _dataframe_input(self, df: Any, store: str, run_id: str, stored: Optional[Dict[str, Any]]
-                         ) -> Tuple[str, Optional[str], Dict[str, Any]]:
-        """Check, fingerprint and (unless this run already holds it) materialize a DataFrame input."""
+                         ) -> Tuple[str, Optional[str], Dict[str, Any], Dict[str, Any]]:
+        """Check, fingerprint and (unless this run already holds it) materialize a DataFrame input.
+
+        The label goes through preprocess's policy (:func:`~sparktrain.train.plan.dataframe_label`):
+        the same types accepted, the same errors, a string label indexed.  Returns
+        ``(train, validation or None, data fingerprint, the label's features.json-style entry)``.
+        """
         label = self.getLabelCol()
-        plan_mod.check_label(df, label)
+        decision = plan_mod.dataframe_label(df, label, self.getTask())
         frac = self.getValidationFraction()
         content = plan_mod.dataframe_fingerprint(df, label)
         data_fp = {"dataframe": content, "validation_fraction": frac}
-        root = plan_mod.run_uri(store, run_id, "data")
+        entry = plan_mod.label_meta(decision)
+        from sparktrain.data.run_store import RunStore
+
+        run = RunStore(store, run_id)
         if stored is not None:
             changes = plan_mod.diff(stored.get("fingerprint", {}).get("data", {}), data_fp, "data.")
             if changes:  # refuse before writing anything
                 raise RunMismatchError(run_id, changes)
-            if exists(plan_mod.run_uri(store, run_id, "data", "train")):
-                log.info("run %s: the DataFrame matches the run's data; reusing %s", run_id, root)
-                val = plan_mod.run_uri(store, run_id, "data", "validation")
-                return plan_mod.run_uri(store, run_id, "data", "train"), (val if exists(val) else None), data_fp
-        train_path, val_path = plan_mod.materialize_dataframe(df, root, label, frac, content["null_labels"])
-        return train_path, val_path, data_fp
+            if exists(run.data_uri("train")):
+                log.info("run %s: the DataFrame matches the run's data; reusing %s", run_id, run.data_uri())
+                val = run.data_uri("validation")
+                return run.data_uri("train"), (val if exists(val) else None), data_fp, entry
+        train_path, val_path = plan_mod.materialize_dataframe(
+            df, run.data_uri(), label, frac, content["null_labels"], seed=self.getOrDefault(self.seed),
+            labels=decision.encoding.labels)
+        return train_path, val_path, data_fp, entry
 
 
 def _split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
@@ -417,3 +373,6 @@ class KerasEstimator(_DistributedEstimator):
 
     _framework = "keras"
     _model_cls = KerasModel
+
+
+attach_setters(_DistributedEstimator)

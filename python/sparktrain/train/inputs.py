@@ -124,8 +124,9 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             or pa.types.is_decimal(ltype)):
         raise SchemaError(
             f"label column '{label}' in '{train_path}' has type {ltype}; the model learns a boolean, integer "
-            f"(classes) or floating-point (regression) label. Fix: index a string label (StringIndexer, or a "
-            f"features: spec through sparktrain preprocess, which indexes it); a nested label cannot be learned")
+            f"(classes) or floating-point (regression) label. Fix: pass the data to fit() as a DataFrame, or "
+            f"preprocess it (sparktrain preprocess with a features: spec): both index a string label; a nested "
+            f"label cannot be learned")
     skip = {label, *exclude}
     if numeric is None:
         numeric = [c for c, s in stats.items() if c not in skip and pa.types.is_floating(s["type"])]

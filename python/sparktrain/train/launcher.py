@@ -73,17 +73,19 @@ class ElasticPolicy:
     min_workers: int
 
 
-def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True,
-           elastic: Optional[ElasticPolicy] = None, log_every_s: float = 30.0) -> LaunchResult:
+def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True
+           ) -> LaunchResult:
     """Train with ``spec.num_workers`` barrier tasks; raise :class:`TrainingError` on failure.
 
     Spark retries a failed barrier stage on the same number of workers (up to
     ``spark.task.maxFailures``); every retry resumes from the last checkpoint.
-    With ``elastic``, a failure after which fewer slots are free than
-    ``num_workers`` (an executor lost) continues on the free slots, if at least
-    ``elastic.min_workers``, from the same checkpoint.
+    With ``spec.failure.elastic``, a failure after which fewer slots are free
+    than ``num_workers`` (an executor lost) continues on the free slots, if at
+    least ``min_workers``, from the same checkpoint.
     """
     t0 = time.perf_counter()
+    log_every_s = spec.logging.log_every_s
+    elastic = ElasticPolicy(spec.failure.min_workers or spec.num_workers) if spec.failure.elastic else None
     relaunches = 0
     budget = max(1, spark_compat.task_max_failures(spark))  # elastic relaunches allowed
     sizes = [spec.num_workers]
@@ -113,7 +115,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
             relaunches += 1
             log.warning("run %s: a rank failed (%s) and only %d slot(s) are free: continuing on %d worker(s) from "
                         "the last checkpoint", spec.run_id, str(exc).splitlines()[0][:200], free, free)
-            spec = replace(spec, num_workers=free)
+            spec = spec.with_workers(free)
             sizes.append(free)
 
 
@@ -181,7 +183,7 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
                  t0: float, log_every_s: float = 30.0, elastic: Optional[ElasticPolicy] = None) -> LaunchResult:
     first = _FirstStep()
     host = spark_compat.driver_host(spark)
-    server = ProgressServer(host, [first, *callbacks], epochs=spec.epochs, show_bar=show_bar,
+    server = ProgressServer(host, [first, *callbacks], epochs=spec.optim.epochs, show_bar=show_bar,
                             log_every_s=log_every_s) if host else None
     group = spark_compat.current_group(spark)
     own_group = group is None
@@ -191,10 +193,11 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
     try:
         if server is not None:
             spec = replace(spec, progress_address=server.address, token=server.token)
-            watchdog = StallWatchdog(spec.num_workers, spec.stall_timeout_s,
+            watchdog = StallWatchdog(spec.num_workers, spec.failure.stall_timeout_s,
                                      on_stall=lambda info: spark_compat.cancel_group(spark, group))
             server.listeners.append(watchdog)
-        spec = replace(spec, max_attempts=spark_compat.task_max_failures(spark), launch_id=uuid.uuid4().hex[:12])
+        spec = replace(spec, failure=replace(spec.failure, max_attempts=spark_compat.task_max_failures(spark)),
+                       launch_id=uuid.uuid4().hex[:12])
         n = spec.num_workers
         # The shuffle after the barrier stage makes it a ShuffleMapStage: Spark retries a failed barrier
         # map stage as a whole (up to spark.task.maxFailures), but never a barrier ResultStage.
@@ -211,7 +214,7 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
         except Exception as exc:  # py4j / PythonException / Connect errors
             stalled = watchdog.stalled if watchdog is not None else None
             if stalled is not None:
-                raise TrainingStalledError(stalled, spec.stall_timeout_s) from exc
+                raise TrainingStalledError(stalled, spec.failure.stall_timeout_s) from exc
             if slots is not None and slots.free is not None:
                 cause = _root_cause(spec) or {}
                 raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "

@@ -152,7 +152,7 @@ class _ModelWriter(MLWriter):
         self.instance = instance
 
     def saveImpl(self, path: str) -> None:
-        from sparktrain.train._executor.checkpoint import Store
+        from sparktrain.data.run_store import Store
 
         m = self.instance
         m._require_fitted()
@@ -168,7 +168,7 @@ class _ModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str) -> _DistributedModel:
-        from sparktrain.train._executor.checkpoint import Store
+        from sparktrain.data.run_store import Store
 
         meta = DefaultParamsReader.loadMetadata(path, self.sparkSession)
         model = self.cls(framework=meta["framework"], model_bytes=Store(path).read_bytes("network/model.bin"),

@@ -25,14 +25,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from sparktrain.errors import MissingColumnError, RunMismatchError, SchemaError
+from sparktrain.data.run_store import RUN_FILE, RunStore
+from sparktrain.errors import MissingColumnError, RunMismatchError
+from sparktrain.features._sql import quote
+from sparktrain.features.label import LabelDecision
 from sparktrain.train._executor.spec import InputSpec, WorkerSpec
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "run.json"
 FINGERPRINT_VERSION = 1
-_PARAMS_IN_FINGERPRINT = ("framework", "batch_size", "learning_rate", "seed", "shuffle_buffer")
+_OPTIM_IN_FINGERPRINT = ("batch_size", "accumulate_steps", "learning_rate", "precision", "seed", "shuffle_buffer")
 
 
 @dataclass(frozen=True)
@@ -76,49 +78,32 @@ def new_run_id() -> str:
 
 
 def run_uri(store: str, run_id: str, *parts: str) -> str:
-    """``<store>/<run_id>/<parts...>`` for a local path or a URI store."""
-    return "/".join([store.rstrip("/"), run_id, *parts])
+    """``<store>/<run_id>/<parts...>`` for a local path or a URI store (:meth:`RunStore.uri`)."""
+    return RunStore(store, run_id).uri(*parts)
 
 
 def read_run(store: str, run_id: str) -> Optional[Dict[str, Any]]:
     """The run's ``run.json``, or None when the run has none."""
-    from sparktrain.train._executor.checkpoint import Store
-
-    st = Store(store)
-    rel = f"{run_id}/{RUN_FILE}"
-    return json.loads(st.read_bytes(rel)) if st.exists(rel) else None
+    return RunStore(store, run_id).read_run()
 
 
 def run_exists(store: str, run_id: str) -> bool:
     """Whether anything of ``run_id`` is in the store."""
-    from sparktrain.train._executor.checkpoint import Store
-    return Store(store).exists(run_id)
+    return RunStore(store, run_id).exists()
 
 
 def record_run(plan: TrainingPlan) -> None:
     """Write ``run.json`` for a new run (the store's marker that sparktrain owns the folder)."""
-    from sparktrain.train._executor.checkpoint import Store
-
     if plan.resume:
         return
     body = {"run_id": plan.run_id, "created_at": time.time(), "fingerprint": plan.fingerprint,
             "dataset": plan.dataset, "framework": plan.spec.framework}
-    Store(plan.spec.store).write_bytes(f"{plan.run_id}/{RUN_FILE}", json.dumps(body, indent=1, default=str).encode())
+    RunStore(plan.spec.store, plan.run_id).write_run(body)
 
 
 def discard(store: str, run_id: str) -> None:
     """Remove what a new run wrote before it was recorded (its materialized DataFrame); never a recorded run."""
-    from sparktrain.data.manifest import _delete_quietly
-    from sparktrain.train._executor.checkpoint import Store
-
-    st = Store(store)
-    if st.exists(run_id) and not st.exists(f"{run_id}/{RUN_FILE}"):
-        _delete_quietly(st.fs, st.path(run_id, "data"))
-        try:
-            if not st.listdir(run_id):
-                st.fs.delete_dir(st.path(run_id))
-        except OSError:
-            pass
+    RunStore(store, run_id).discard_unrecorded()
 
 
 def existing_run(store: str, run_id: str, explicit: bool) -> Optional[Dict[str, Any]]:
@@ -128,11 +113,12 @@ def existing_run(store: str, run_id: str, explicit: bool) -> Optional[Dict[str, 
     resumed: it has no ``run.json`` (not a sparktrain run, or one from before
     fingerprints), or the id was generated (an id collision is never reused).
     """
-    if not run_exists(store, run_id):
+    run = RunStore(store, run_id)
+    if not run.exists():
         return None
-    stored = read_run(store, run_id)
+    stored = run.read_run()
     if stored is None:
-        raise RunMismatchError(run_id, [f"the store's folder {run_uri(store, run_id)} has no {RUN_FILE}, so "
+        raise RunMismatchError(run_id, [f"the store's folder {run.uri()} has no {RUN_FILE}, so "
                                         "sparktrain cannot tell what it was trained on"])
     if not explicit:
         raise RunMismatchError(run_id, ["a generated run id collided with an existing run"])
@@ -171,7 +157,8 @@ def _short(v: Any) -> str:
 def fingerprint(data: Dict[str, Any], inputs: InputSpec, spec: WorkerSpec,
                 factories: Dict[str, Optional[str]]) -> Dict[str, Any]:
     """What defines a run: its data, label and inputs, and the params that change the model."""
-    params = {k: getattr(spec, k) for k in _PARAMS_IN_FINGERPRINT}
+    params: Dict[str, Any] = {"framework": spec.framework}
+    params.update({k: getattr(spec.optim, k) for k in _OPTIM_IN_FINGERPRINT})
     params.update(spec.model.to_dict())
     params.update({f"{k}_factory": v for k, v in factories.items()})
     return {"version": FINGERPRINT_VERSION, "data": data, "label": inputs.label, "task": inputs.task,
@@ -197,54 +184,68 @@ def path_fingerprint(train_path: str, val_path: Optional[str]) -> Dict[str, Any]
 # ---------------------------------------------------------------------------------------------------------
 # DataFrame input: checked, fingerprinted by content, materialized under the run's folder.
 
-_SUPPORTED_LABEL = ("boolean", "tinyint", "smallint", "int", "bigint", "float", "double")
-
-
 def check_label(df: Any, label: str) -> str:
-    """The label's Spark type name; raise before any Spark job when it is missing or cannot be learned."""
-    from pyspark.sql import types as T
+    """The label's Spark type name; raise before any Spark job when it is missing or no model learns it.
+
+    The type rule is preprocess's (:func:`sparktrain.features.label.label_kind`):
+    boolean, integer, string (and date...) classes, float regression; a
+    nested or binary label raises :class:`SchemaError`.
+    """
+    from sparktrain.features.label import label_kind
 
     if label not in df.columns:
         raise MissingColumnError(label, df.columns, where="the DataFrame passed to fit() (labelCol)")
-    dtype = df.schema[label].dataType
-    name = dtype.simpleString()
-    if isinstance(dtype, (T.StructType, T.MapType, T.ArrayType, T.BinaryType)) or \
-            not (name in _SUPPORTED_LABEL or isinstance(dtype, T.DecimalType)):
-        raise SchemaError(
-            f"label column '{label}' has type {name}; the model learns a boolean, integer (classes) or "
-            f"floating-point (regression) label. Fix: index a string label first "
-            f"(pyspark.ml.feature.StringIndexer(inputCol='{label}', outputCol='{label}_index') and "
-            f"labelCol='{label}_index'), or preprocess with a features: spec (sparktrain preprocess), which "
-            f"indexes string labels; a nested label (struct, map, array) cannot be learned")
+    name = df.schema[label].dataType.simpleString()
+    label_kind(label, name)
     return name
+
+
+def dataframe_label(df: Any, label: str, task: str = "auto") -> LabelDecision:
+    """The label policy of preprocess applied to a DataFrame passed to ``fit()``: one aggregation job.
+
+    :func:`sparktrain.features.label.decide_label` counts the classes (or the
+    moments of a regression label) over all rows, refuses what cannot be
+    trained on with the same errors as preprocess, and decides the encoding
+    (a string label is indexed; its classes become ``InputSpec.classes``).
+    Rows with a null label are dropped, as preprocess does by default.
+    """
+    from sparktrain.features.label import decide_label
+
+    dtype = check_label(df, label)
+    return decide_label(df, label, dtype, task=None if task == "auto" else task, drop_null_labels=True)
+
+
+def label_meta(decision: LabelDecision) -> Dict[str, Any]:
+    """The label's ``features.json``-style entry, for :func:`~sparktrain.train.inputs.infer_inputs`.
+
+    A regression decision leaves its ``task`` out, so an explicit ``task``
+    Param or Spark ML's 0.0/1.0 convention (two classes) still decide.
+    """
+    entry = dict(decision.encoding.entry)
+    if entry.get("task") == "regression":
+        entry.pop("task")
+    return entry
 
 
 def dataframe_fingerprint(df: Any, label: str) -> Dict[str, Any]:
     """Content hash of a DataFrame (order-independent), in one aggregation job.
 
-    Also counts null labels (dropped with a log line) and non-finite float
-    labels (refused, naming the count and the fix).
+    Also counts null labels, and whether a float label holds only 0.0 and 1.0
+    (``label_is_01``).  Call it after :func:`dataframe_label`, which refuses a
+    label that cannot be trained on.
     """
     from pyspark.sql import functions as F
 
-    y = F.col(f"`{label}`")
+    y = F.col(quote(label))
     is_float = df.schema[label].dataType.simpleString() in ("float", "double")
     aggs = [F.count(F.lit(1)).alias("rows"),
-            F.sum(F.xxhash64(*[F.col(f"`{c}`") for c in df.columns]).cast("decimal(38,0)")).alias("hash"),
+            F.sum(F.xxhash64(*[F.col(quote(c)) for c in df.columns]).cast("decimal(38,0)")).alias("hash"),
             F.sum(y.isNull().cast("long")).alias("null_labels")]
     if is_float:
-        aggs.append(F.sum((F.isnan(y) | y.isin(float("inf"), float("-inf"))).cast("long")).alias("bad_labels"))
         aggs.append(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("not_01"))
     row = df.agg(*aggs).first().asDict()
-    rows, nulls = int(row["rows"]), int(row["null_labels"] or 0)
-    if int(row.get("bad_labels") or 0):
-        raise SchemaError(f"label column '{label}' holds {int(row['bad_labels'])} NaN or infinite value(s) "
-                          f"(of {rows:,} rows); a regression label must be finite. Fix: filter them out "
-                          f"(df.where(~isnan('{label}'))) or impute them before fit()")
-    if rows - nulls <= 0:
-        raise SchemaError(f"the DataFrame passed to fit() has no rows with a non-null label '{label}' "
-                          f"({rows:,} rows, {nulls:,} null labels); fit needs labelled rows")
-    out = {"rows": rows, "null_labels": nulls, "hash": str(row["hash"]), "schema": df.schema.simpleString()}
+    out = {"rows": int(row["rows"]), "null_labels": int(row["null_labels"] or 0), "hash": str(row["hash"]),
+           "schema": df.schema.simpleString()}
     if is_float:
         out["label_is_01"] = not int(row["not_01"] or 0)
     return out
@@ -259,26 +260,52 @@ def float_label_is_01(spark: Any, train_path: str, label: str) -> bool:
     return not int(row["n"] or 0)
 
 
-def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: float,
-                          null_labels: int) -> Tuple[str, Optional[str]]:
+def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: float, null_labels: int,
+                          seed: int, labels: Optional[List[str]] = None) -> Tuple[str, Optional[str]]:
     """Write ``df`` (labelled rows) as ``<root>/train`` and ``<root>/validation`` through the store's filesystem.
 
-    The split is a hash of every column, so it is deterministic for the same
-    rows; identical rows land in the same split.
+    Parameters
+    ----------
+    df : DataFrame
+        The input passed to ``fit()``.
+    root : str
+        The run's ``data/`` folder.
+    label : str
+        The label column.
+    validation_fraction : float
+        Share of rows in ``validation`` (none when 0).
+    null_labels : int
+        Rows with a null label (dropped, with a warning).
+    seed : int
+        The split's seed (the estimator's ``seed``).
+    labels : list of str, optional
+        The encoding's ``labels`` (:class:`~sparktrain.features.label.LabelEncoding`): the label is
+        indexed (or cast) as preprocess does; None keeps it as it is.
+
+    The split is :func:`sparktrain.features.split.split_case` over every
+    column, the expression preprocess uses: deterministic for the same rows
+    and seed, different for another seed; identical rows land in the same split.
     """
     from pyspark.sql import functions as F
 
     from sparktrain.data import _fs
     from sparktrain.data.manifest import atomic_dir, write_parquet
+    from sparktrain.features._sql import INTERNAL_PREFIX
+    from sparktrain.features.label_stage import model_for
+    from sparktrain.features.split import split_case
 
     if null_labels:
         log.warning("fit(): %d row(s) with a null label '%s' left out of training", null_labels, label)
-        df = df.where(F.col(f"`{label}`").isNotNull())
-    bucket = F.abs(F.xxhash64(*[F.col(f"`{c}`") for c in df.columns])) % 10_000
-    cut = int(validation_fraction * 10_000)
+        df = df.where(F.col(quote(label)).isNotNull())
+    split_col = f"{INTERNAL_PREFIX}split"
+    expr = split_case(seed, df.columns, [("train", 1.0 - validation_fraction), ("validation", validation_fraction)])
+    tagged = df.withColumn(split_col, F.expr(expr))
+    if labels is not None:
+        tagged = model_for(labels, label).transform(tagged)
     with atomic_dir(root, overwrite=False) as staging:
-        write_parquet(df.where(bucket >= cut), _fs.join(staging, "train"))
+        write_parquet(tagged.where(F.col(split_col) == "train").drop(split_col), _fs.join(staging, "train"))
         if validation_fraction > 0:
-            write_parquet(df.where(bucket < cut), _fs.join(staging, "validation"))
+            write_parquet(tagged.where(F.col(split_col) == "validation").drop(split_col),
+                          _fs.join(staging, "validation"))
     val = _fs.join(root, "validation")
     return _fs.join(root, "train"), (val if validation_fraction > 0 else None)

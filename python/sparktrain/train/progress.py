@@ -97,6 +97,7 @@ class ProgressServer:
         self.host = host
         self.token = secrets.token_hex(8)
         self.callbacks = list(callbacks)
+        self.devices: Dict[int, Dict[str, Any]] = {}  # rank -> its "device" event (addresses, device)
         self.listeners: List[Callable[[Dict[str, Any]], None]] = []  # see every event (the stall watchdog)
         self.errors: List[Dict[str, Any]] = []
         self.epochs_seen: Dict[int, Dict[str, float]] = {}
@@ -190,6 +191,12 @@ class ProgressServer:
                 hook = getattr(cb, "on_world_size", None)
                 if hook is not None:
                     _safe(hook, event["epoch"], event["step"], event["old"], event["new"])
+            return
+        if kind == "device":
+            self.devices[int(event.get("rank", -1))] = event
+            log.info("rank %s on %s: GPU addresses %s from its task's resources, training on %s%s", event.get("rank"),
+                     event.get("host"), event.get("addresses") or "none", event.get("device"),
+                     f" ({event['note']})" if event.get("note") else "")
             return
         with self._lock:
             if kind == "error":

@@ -51,14 +51,9 @@ def train_local(spec: WorkerSpec) -> Dict[str, Any]:
     attempt = sum(1 for e in checkpointer.events() if e.get("event") in ("started", "resumed"))
     ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux,
                         attempt=attempt, checkpointer=checkpointer, reporter=Reporter(None, 0, host))
-    if spec.framework == "torch":
-        from sparktrain.train._executor import torch_worker
+    from sparktrain.train._executor.task import train_rank
 
-        result = torch_worker.train(spec, ctx)
-    else:
-        from sparktrain.train._executor import keras_launch
-
-        result = keras_launch.train_in_subprocess(spec, ctx, [{"host": host, "port": None, "aux": aux}])
+    result = train_rank(spec, ctx, [{"host": host, "port": None, "aux": aux}])
     return {"history": result.get("history", []), "model_bytes": result.get("model_bytes")}
 
 

@@ -21,6 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from sparktrain.features.load import Embedded
 from sparktrain.tune._loop import Listener
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, TrialRecord
 
@@ -162,7 +163,7 @@ class TrialTracker(Listener):
 
 
 def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_path: str, run_id: str,
-                  metrics: Mapping[str, float]) -> Optional[Tuple[str, bool]]:
+                  metrics: Mapping[str, float], embedded: Optional[Embedded] = None) -> Optional[Tuple[str, bool]]:
     """Log the best trial's model on its child run, register it, move ``champion`` when it is better.
 
     With a dataset written by ``sparktrain preprocess`` (it has ``features.json``)
@@ -170,7 +171,8 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
     model with the feature pipeline and the network.  Other Parquet (written by
     hand) has no feature pipeline to bundle: the network alone is logged with
     its Spark ML writer under the run's ``model`` artifact (``TorchModel.load``
-    reads it back) and registered, with the same champion rule.
+    reads it back) and registered, with the same champion rule.  ``embedded``
+    names the datasets ``data.source`` may give, for the model's input example.
 
     Returns
     -------
@@ -185,8 +187,9 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
     if os.path.isfile(os.path.join(dataset_path, "features.json")):
         from sparktrain.track.stages import raw_input_example
 
+        example = raw_input_example(spark, cfg, dataset_path, embedded=embedded)
         registered = log_model_and_register(model, dataset_path, cfg, metrics, run_id=run_id, client=tracker.client,
-                                            input_example=raw_input_example(spark, cfg, dataset_path))
+                                            input_example=example)
         return None if registered.version is None else (str(registered.version), bool(registered.champion))
     log.warning("%s has no features.json (not written by `sparktrain preprocess`): logging the network alone, "
                 "without a feature pipeline", dataset_path)

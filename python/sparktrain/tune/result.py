@@ -110,10 +110,6 @@ class SearchResult:
     model_version: Optional[str] = None
     model_champion: bool = False
 
-    @property
-    def best_trial(self) -> TrialRecord:
-        return next(t for t in self.trials if t.number == self.best_number)
-
     def table(self) -> List[Dict[str, Any]]:
         """Rows of plain values (``pandas.DataFrame(result.table())`` for a frame)."""
         return [{"trial": t.number, "status": t.status, self.metric: t.metric, "seconds": round(t.seconds, 3),

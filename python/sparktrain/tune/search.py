@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Optional
 from sparktrain._internal import spark_compat
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError, TuneError
+from sparktrain.features.load import Embedded
 from sparktrain.tune._loop import Listener, SearchLoop
 from sparktrain.tune.result import FINISHED, SearchResult, TrialRecord, format_trials, goal_of
 from sparktrain.tune.space import compile_space, describe
@@ -41,7 +42,7 @@ Objective = Callable[[Dict[str, Any]], Any]
 
 def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id: Optional[str] = None,
                tracking_uri: Optional[str] = None, objective: Optional[Objective] = None,
-               register: Optional[bool] = None) -> SearchResult:
+               register: Optional[bool] = None, embedded: Optional[Embedded] = None) -> SearchResult:
     """Search ``cfg.tune.space`` by training on the materialized dataset at ``dataset_path``.
 
     Parameters
@@ -67,6 +68,9 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         heavy modules inside the function.
     register : bool, optional
         Register the best model (default: ``tracking.register``).
+    embedded : mapping, optional
+        The datasets ``data.source`` may name instead of a path, for the
+        registered model's input example (the job passes :data:`sparktrain.datasets.EMBEDDED`).
 
     Returns
     -------
@@ -127,7 +131,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
                 from sparktrain.tune._tracking import register_best
 
                 registered = register_best(spark, tracker, cfg, model, dataset_path, best_record.run_id,
-                                           {**best_record.metrics, **test})
+                                           {**best_record.metrics, **test}, embedded=embedded)
                 if registered is not None:
                     result = replace(result, model_version=registered[0], model_champion=registered[1])
         failed = False
@@ -138,14 +142,15 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
 
 
 def tune_stage(spark, cfg: JobConfig, dataset_path: str, parent_run_id: Optional[str] = None,
-               tracking_uri: Optional[str] = None) -> SearchResult:
+               tracking_uri: Optional[str] = None, embedded: Optional[Embedded] = None) -> SearchResult:
     """The job's ``tune`` stage: :func:`run_search`, then the trials table in the log.
 
     ``sparktrain tune CONFIG`` (``job.run_job(cfg, stages=['tune'])``) calls this
     with the materialized dataset (``cfg.output.path`` or the preprocess
     stage's output) and the job's MLflow parent run, if any.
     """
-    result = run_search(spark, cfg, dataset_path, parent_run_id=parent_run_id, tracking_uri=tracking_uri)
+    result = run_search(spark, cfg, dataset_path, parent_run_id=parent_run_id, tracking_uri=tracking_uri,
+                        embedded=embedded)
     log.info("search finished: best %s = %.5g at trial %d", result.metric, result.best_metric, result.best_number)
     return result
 

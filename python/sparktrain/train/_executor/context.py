@@ -38,14 +38,15 @@ class WorkerContext:
                               listen_sock=self.listen_sock)
 
 
-def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int) -> None:
+def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int, micro: Optional[int] = None) -> None:
     """Test hook: ``SPARKTRAIN_FAULT_INJECT=rank:epoch:step[:kind]`` fails that rank there.
 
     ``kind`` is ``exit`` (``os._exit(3)``: a crashed worker, only on the
     stage's first attempt, so a retried stage succeeds), ``raise`` (a Python
     exception on every attempt, like a bug in user code), ``hang`` (the rank
     blocks for good, like a stuck data source) or ``ckpt`` (dies while writing
-    the checkpoint of that step, see ``loop._maybe_fail_in_checkpoint``).
+    the checkpoint of that step, see ``loop._maybe_fail_in_checkpoint``) or ``micro`` (``os._exit(3)``
+    after the step's first micro-batch, mid-accumulation; called with ``micro`` by the adapters).
     """
     spec = os.environ.get(FAULT_ENV)
     if not spec:
@@ -53,7 +54,9 @@ def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int) -> None:
     parts = spec.split(":")
     rank, f_epoch, f_step = int(parts[0]), int(parts[1]), int(parts[2])
     kind = parts[3] if len(parts) > 3 else "exit"
-    if kind == "exit" and ctx.attempt != 0:
+    if kind in ("exit", "micro") and ctx.attempt != 0:
+        return
+    if (kind == "micro") != (micro is not None) or (micro is not None and micro != 1):
         return
     if (rank, f_epoch, f_step) == (ctx.rank, epoch, step):
         if kind == "raise":
@@ -61,5 +64,5 @@ def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int) -> None:
         if kind == "hang":
             import time
             time.sleep(10 ** 6)
-        if kind == "exit":
+        if kind in ("exit", "micro"):
             os._exit(3)

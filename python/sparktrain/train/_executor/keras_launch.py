@@ -52,7 +52,7 @@ def train_in_subprocess(spec: WorkerSpec, ctx: WorkerContext, peers: List[Dict[s
         if spec.backend == "mwms":
             env["TF_CONFIG"] = tf_config(peers, ctx.rank)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_addresses) if spec.use_gpu else "-1"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_addresses) if spec.scaling.gpus_per_worker else "-1"
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
         log_path = os.path.join(tmp, "child.log")

@@ -42,7 +42,7 @@ def build_default_model(inputs: InputSpec, model: ModelSpec):
         if model.dropout > 0:
             x = keras.layers.Dropout(model.dropout)(x)
     out = inputs.num_classes if inputs.task == "multiclass" else 1
-    logits = keras.layers.Dense(out, name="logits")(x)
+    logits = keras.layers.Dense(out, name="logits", dtype="float32")(x)  # float32 under mixed precision
     return keras.Model(inputs=[num_in, *cat_ins], outputs=logits, name="sparktrain_tabular")
 
 

@@ -20,6 +20,7 @@ Run as ``python -m sparktrain.train._executor.keras_worker ARGS.pkl OUT.pkl``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -27,220 +28,287 @@ import pickle
 import socket
 import sys
 import tempfile
-import time
 import traceback
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from sparktrain.train._executor import metrics as M
-from sparktrain.train._executor.batches import epoch_batches
 from sparktrain.train._executor.checkpoint import Checkpointer
 from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
-from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
-from sparktrain.train._executor.epochs import Layer, dummy_row
-from sparktrain.train._executor.loop import Loop
+from sparktrain.train._executor.context import WorkerContext
 from sparktrain.train._executor.keras_model import build_default_model, make_loss, to_prediction_np
+from sparktrain.train._executor.loop import Adapter, Arrays, Hook, Loop
 from sparktrain.train._executor.reporter import Reporter
 from sparktrain.train._executor.spec import WorkerSpec
 
 
-def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
-    import tensorflow as tf
+def train(spec: WorkerSpec, ctx: WorkerContext, hooks: Sequence[Hook] = ()) -> Dict[str, Any]:
+    """Train on this rank's shards with :class:`~sparktrain.train._executor.loop.Loop`; rank 0 exports the model."""
+    adapter = MwmsAdapter(spec, ctx) if spec.backend == "mwms" else KerasAdapter(spec, ctx)
+    return Loop(spec, ctx, adapter.allreduce, hooks).run(adapter)
 
-    # One intra-op thread per worker by default, as for torch: N workers on N cores otherwise fight for them.
-    threads = max(1, int(os.environ.get("SPARKTRAIN_TF_THREADS", os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-    mwms = spec.backend == "mwms"
-    if mwms:  # all gradients in one all-reduce per step (packed), not one per variable
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                bytes_per_pack=64 << 20,
-                implementation=tf.distribute.experimental.CommunicationImplementation.RING))
-    else:
-        strategy = tf.distribute.get_strategy()  # the default: one device, no cross-worker ops
-        init_process_group(ctx, spec.stall_timeout_s)
-    coll = Collectives("ddp", ctx.world_size)
-    import keras
 
-    keras.utils.set_random_seed(spec.seed)
-    inputs = spec.inputs
-    with strategy.scope():
-        if spec.model_factory:
+class KerasAdapter(Adapter):
+    """Keras 3 on TensorFlow, gradients summed over the ranks by gloo (``backend='gloo'``).
+
+    Runs in the Spark task's own Python worker, so TensorFlow is imported once
+    per worker.  Mixed precision is Keras' dtype policy (``mixed_bfloat16``,
+    or ``mixed_float16`` with a ``LossScaleOptimizer``); the logits stay
+    float32.  Accumulation sums each micro-batch's gradients on the host and
+    all-reduces them once per optimizer step.
+    """
+
+    def __init__(self, spec: WorkerSpec, ctx: WorkerContext) -> None:
+        import tensorflow as tf
+
+        self.spec, self.ctx, self.tf = spec, ctx, tf
+        _configure_tf(tf, spec, ctx)
+        self.coll = Collectives("ddp", ctx.world_size)
+        self._init_collectives()
+        self.task = spec.inputs.task
+
+    def _init_collectives(self) -> None:
+        init_process_group(self.ctx, self.spec.failure.stall_timeout_s)
+
+    def allreduce(self, vec: np.ndarray) -> np.ndarray:
+        return self.coll.allreduce_sum(vec)
+
+    def _scope(self) -> Any:
+        return contextlib.nullcontext()
+
+    def setup(self, loop: Loop) -> None:
+        import keras
+
+        tf, spec = self.tf, self.spec
+        keras.backend.clear_session()  # this Python worker may have trained before
+        keras.mixed_precision.set_dtype_policy(_POLICY[spec.optim.precision])
+        keras.utils.set_random_seed(spec.optim.seed)
+        with self._scope():
+            if spec.model_factory:
+                import cloudpickle
+                self.model = cloudpickle.loads(spec.model_factory)(spec.inputs, spec.model)
+            else:
+                self.model = build_default_model(spec.inputs, spec.model)
+            if spec.optimizer_factory:
+                import cloudpickle
+                optimizer = cloudpickle.loads(spec.optimizer_factory)(loop.learning_rate)
+            else:
+                optimizer = keras.optimizers.Adam(learning_rate=loop.learning_rate)
+            if spec.optim.precision == "fp16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            self.optimizer = optimizer
+            self.optimizer.build(self.model.trainable_variables)
+        self.loss_obj = make_loss(self.task)
+        if spec.loss_factory:
             import cloudpickle
-            model = cloudpickle.loads(spec.model_factory)(inputs, spec.model)
-        else:
-            model = build_default_model(inputs, spec.model)
-        if spec.optimizer_factory:
-            import cloudpickle
-            optimizer = cloudpickle.loads(spec.optimizer_factory)(spec.learning_rate)
-        else:
-            optimizer = keras.optimizers.Adam(learning_rate=spec.learning_rate)
-        optimizer.build(model.trainable_variables)
-    loss_obj = make_loss(inputs.task)
-    if spec.loss_factory:
-        import cloudpickle
-        loss_obj = cloudpickle.loads(spec.loss_factory)()
-    n_cat = len(inputs.categorical)
-    y_dtype = tf.int64 if inputs.task == "multiclass" else tf.float32
-    sig = (tf.TensorSpec([None, len(inputs.numeric)], tf.float32), tf.TensorSpec([None, n_cat], tf.int64),
-           tf.TensorSpec([None], y_dtype), tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32))
+            self.loss_obj = cloudpickle.loads(spec.loss_factory)()
+        self.n_cat = len(spec.inputs.categorical)
+        y_dtype = tf.int64 if self.task == "multiclass" else tf.float32
+        self.sig = (tf.TensorSpec([None, len(spec.inputs.numeric)], tf.float32),
+                    tf.TensorSpec([None, self.n_cat], tf.int64), tf.TensorSpec([None], y_dtype),
+                    tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32))
+        self._build_steps()
+        self._sync_initial()
+        if loop.resume.state is not None:
+            state = pickle.loads(loop.resume.state)
+            self.model.set_weights(state["weights"])
+            for var, value in zip(self.optimizer.variables, state["optimizer"]):
+                var.assign(value)
+        if loop.learning_rate != spec.optim.learning_rate:  # an elastic resume with elasticBatch='per_rank'
+            self.optimizer.learning_rate.assign(loop.learning_rate)
+        self.global_batch = tf.constant(float(loop.batch * self.ctx.world_size), tf.float32)
 
-    def forward(x_num, x_cat, training):
-        return model([x_num, *[x_cat[:, i:i + 1] for i in range(n_cat)]], training=training)
+    # -- the compiled pieces ------------------------------------------------------------------------------
 
-    def per_example_loss(y, logits):
-        if inputs.task == "multiclass":
-            return loss_obj(y, logits)
-        return loss_obj(tf.reshape(y, [-1, 1]), logits)
+    def forward(self, x_num: Any, x_cat: Any, training: bool) -> Any:
+        out = self.model([x_num, *[x_cat[:, i:i + 1] for i in range(self.n_cat)]], training=training)
+        return self.tf.cast(out, self.tf.float32)
 
-    variables = model.trainable_variables
+    def per_example_loss(self, y: Any, logits: Any) -> Any:
+        if self.task == "multiclass":
+            return self.loss_obj(y, logits)
+        return self.loss_obj(self.tf.reshape(y, [-1, 1]), logits)
 
-    def loss_and_grads(x_num, x_cat, y, weight, global_batch):
+    def loss_and_grads(self, x_num: Any, x_cat: Any, y: Any, weight: Any, global_batch: Any) -> Any:
+        tf = self.tf
+        variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            logits = forward(x_num, x_cat, True)
-            per = per_example_loss(y, logits) * weight
+            logits = self.forward(x_num, x_cat, True)
+            per = self.per_example_loss(y, logits) * weight
             loss = tf.reduce_sum(per) / global_batch
+            if isinstance(self.optimizer, _loss_scale_class()):
+                loss = self.optimizer.scale_loss(loss)
         grads = tape.gradient(loss, variables)
         # Dense (sparse embedding gradients slowed MWMS 6x); a variable without a gradient is left out, as
         # Keras does (decided when the step is traced: the same on every rank).
         pairs = [(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables) if g is not None]
         return pairs, tf.reduce_sum(per), logits
 
-    if mwms:
+    def _build_steps(self) -> None:
+        tf, coll, sig = self.tf, self.coll, self.sig
+        layout: Dict[str, Any] = {}
+
+        def flat_grads(*args: Any) -> Any:
+            pairs, loss_sum, logits = self.loss_and_grads(*args)
+            wide = any(g.dtype == tf.float64 for g, _ in pairs)
+            layout.update(dtype=tf.float64 if wide else tf.float32, np_dtype=np.float64 if wide else np.float32,
+                          shapes=[tuple(v.shape) for _, v in pairs], variables=[v for _, v in pairs])
+            flat = tf.concat([tf.reshape(tf.cast(g, layout["dtype"]), [-1]) for g, _ in pairs], 0)
+            return flat, loss_sum, logits
+
+        def apply(flat: Any) -> None:
+            parts = tf.split(flat, [int(np.prod(s)) for s in layout["shapes"]])
+            self.optimizer.apply_gradients([(tf.cast(tf.reshape(p, s), v.dtype), v)
+                                            for p, s, v in zip(parts, layout["shapes"], layout["variables"])])
+
+        def summed(flat: Any) -> Any:
+            if coll.world_size == 1:
+                return flat
+            total = tf.numpy_function(lambda a: coll.allreduce_sum(a, dtype=layout["np_dtype"]), [flat],
+                                      layout["dtype"], stateful=True)
+            total.set_shape(flat.shape)
+            return total
+
         @tf.function(input_signature=sig)
-        def train_step(x_num, x_cat, y, weight, global_batch):
-            def step_fn(*args):
-                pairs, loss_sum, logits = loss_and_grads(*args)
-                optimizer.apply_gradients(pairs)
-                return loss_sum, logits
-            return strategy.run(step_fn, args=(x_num, x_cat, y, weight, global_batch))
+        def fused(*args: Any) -> Any:  # one micro-batch per step: gradients, their sum over the ranks, the update
+            flat, loss_sum, logits = flat_grads(*args)
+            apply(summed(flat))
+            return loss_sum, logits
+
+        self._fused = fused
+        self._grads = tf.function(flat_grads, input_signature=sig)
+        self._apply = tf.function(lambda flat: apply(summed(flat)))
+
+    def _sync_initial(self) -> None:
+        _sync_weights(self.model, self.coll)
+
+    # -- the adapter ------------------------------------------------------------------------------------
+
+    def train_step(self, micros: Sequence[Arrays], weight: float,
+                   after_micro: Callable[[int], None]) -> Tuple[float, np.ndarray]:
+        tf = self.tf
+        w = tf.constant(weight, tf.float32)
+        if len(micros) == 1:
+            loss_sum, logits = self._fused(*micros[0], w, self.global_batch)
+            return float(loss_sum) * weight, to_prediction_np(np.asarray(logits), self.task)
+        total: Any = None
+        loss, preds = 0.0, []
+        for i, (x_num, x_cat, y) in enumerate(micros):
+            flat, loss_sum, logits = self._grads(x_num, x_cat, y, w, self.global_batch)
+            total = flat if total is None else total + flat
+            loss += float(loss_sum) * weight
+            preds.append(to_prediction_np(np.asarray(logits), self.task))
+            after_micro(i + 1)
+        self._apply(total)
+        return loss, np.concatenate(preds)
+
+    def eval_step(self, x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray) -> Tuple[float, np.ndarray]:
+        logits = np.asarray(self.forward(x_num, x_cat, False))
+        per = np.asarray(self.per_example_loss(y, logits))
+        return float(per.sum()), to_prediction_np(logits, self.task)
+
+    def sync_state(self) -> None:
+        _average_non_trainable(self.model, self.coll)
+
+    def state(self) -> bytes:
+        return pickle.dumps({"weights": self.model.get_weights(),
+                             "optimizer": [v.numpy() for v in self.optimizer.variables]})
+
+    def export(self) -> bytes:
+        return export_model(self.model)
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for w in self.model.get_weights():
+            h.update(np.ascontiguousarray(w).tobytes())
+        return h.hexdigest()
+
+    def close(self) -> None:
+        shutdown_process_group(self.ctx.world_size)
+
+
+class MwmsAdapter(KerasAdapter):
+    """Keras under ``MultiWorkerMirroredStrategy`` (``backend='mwms'``), in its own child process.
+
+    TensorFlow's collective runtime is configured once per process, so the
+    task starts a child for it (``keras_launch``); its gRPC servers listen on
+    all interfaces.  ``model.fit`` under MWMS fails with Keras 3
+    (keras-team/keras#20585): this is the same custom loop under the strategy.
+    Accumulation is refused for it before launch (use ``gloo``).
+    """
+
+    def _init_collectives(self) -> None:
+        tf = self.tf
+        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(  # all gradients in one packed all-reduce
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                bytes_per_pack=64 << 20,
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING))
 
         @tf.function
-        def allreduce(vec):
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda v: tf.identity(v), args=(vec,)),
-                                   axis=None)
+        def reduce(vec: Any) -> Any:
+            replica = self.strategy.run(lambda v: tf.identity(v), args=(vec,))
+            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, replica, axis=None)
+        self._reduce = reduce
 
-        def allreduce_np(vec: np.ndarray) -> np.ndarray:
-            return allreduce(tf.constant(vec, dtype=tf.float64)).numpy()
-    else:
-        train_step = _gloo_step(tf, sig, loss_and_grads, optimizer, coll)
-        allreduce_np = coll.allreduce_sum
-        _sync_weights(model, coll)
+    def allreduce(self, vec: np.ndarray) -> np.ndarray:
+        return self._reduce(self.tf.constant(vec, dtype=self.tf.float64)).numpy()
 
-    loop = Loop(spec, ctx, allreduce_np)
-    history = loop.resume.history
-    if loop.resume.state is not None:
-        state = pickle.loads(loop.resume.state)
-        model.set_weights(state["weights"])
-        for var, value in zip(optimizer.variables, state["optimizer"]):
-            var.assign(value)
-    if loop.learning_rate != spec.learning_rate:  # an elastic resume with elasticBatch='per_rank'
-        optimizer.learning_rate.assign(loop.learning_rate)
+    def _scope(self) -> Any:
+        return self.strategy.scope()
 
-    def state_bytes() -> bytes:
-        return pickle.dumps({"weights": model.get_weights(), "optimizer": [v.numpy() for v in optimizer.variables]})
+    def _build_steps(self) -> None:
+        strategy = self.strategy
 
-    for epoch in range(loop.resume.epoch, spec.epochs):
-        layers = loop.epoch_layers(epoch)
-        global_batch = tf.constant(float(loop.batch * ctx.world_size), tf.float32)
-        if ctx.rank == 0:
-            ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
-        t0 = time.perf_counter()
-        steps, first, batches = loop.batches(epoch, layers)
-        state_vec = loop.start_state(epoch, inputs.task)
-        window = np.zeros(2)
-        for k, ((x_num, x_cat, y), ids) in enumerate(batches):
-            done = first + k + 1
-            loop.beat.set_phase("compute")
-            maybe_inject_fault(ctx, epoch, first + k)
-            weight = 1.0
-            if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps ranks in step
-                x_num, x_cat, y = dummy_row(x_num, x_cat, y)
-                weight = 0.0
-            loop.beat.set_phase("collective")  # the step all-reduces the gradients
-            loss_sum, logits = train_step(x_num, x_cat, y, tf.constant(weight, tf.float32), global_batch)
-            if weight:
-                pred = to_prediction_np(np.asarray(logits), inputs.task)
-                M.update(state_vec, inputs.task, float(loss_sum), y, pred)
-                window += (float(loss_sum), len(y))
-            reduced, due = loop.after_step(epoch, done, steps, window, t0, ids, k + 1)
-            if reduced is not None:
-                window[:] = 0
-            if due:
-                if not mwms:
-                    _average_non_trainable(model, coll)
-                now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
-                loop.checkpoint(epoch, now, state_vec, history, state_bytes)
-            loop.beat.set_phase("data")
-        loop.beat.set_phase("collective")
-        train_time = time.perf_counter() - t0
-        if not mwms:
-            _average_non_trainable(model, coll)
-        metrics = M.finalize(allreduce_np(state_vec), inputs.task, prefix="train_")
-        if spec.val_path:
-            val = M.new_state(inputs.task)
-            _, vb = epoch_batches(spec.val_path, inputs, max(spec.batch_size, 4096), ctx.rank, ctx.world_size,
-                                  0, spec.seed, shuffle=False)
-            for x_num, x_cat, y in vb:
-                logits = np.asarray(forward(x_num, x_cat, False))
-                per = np.asarray(per_example_loss(y, logits))
-                M.update(val, inputs.task, float(per.sum()), y, to_prediction_np(logits, inputs.task))
-            metrics.update(M.finalize(allreduce_np(val), inputs.task, prefix="val_"))
-        metrics["samples_per_s"] = (steps - first) * loop.batch * ctx.world_size / max(train_time, 1e-9)
-        metrics["epoch_time_s"] = time.perf_counter() - t0
-        history.append({"epoch": epoch, **metrics})
-        loop.checkpoint(epoch + 1, [], None, history, state_bytes, metrics=metrics)
-        if ctx.rank == 0:
-            ctx.checkpointer.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
-            ctx.reporter.send("epoch", epoch=epoch, epochs=spec.epochs, metrics=metrics)
-        allreduce_np(np.zeros(1))  # barrier: nobody starts the next epoch before the checkpoint exists
-    loop.close()
-
-    h = hashlib.sha256()
-    for w in model.get_weights():
-        h.update(np.ascontiguousarray(w).tobytes())
-    result: Dict[str, Any] = {"history": history, "param_digest": h.hexdigest()}
-    if ctx.rank == 0:
-        result["model_bytes"] = export_model(model)
-    if not mwms:
-        shutdown_process_group(ctx.world_size)
-    return result
-
-
-def _gloo_step(tf: Any, sig: Any, loss_and_grads: Callable, optimizer: Any, coll: Collectives) -> Callable:
-    """The training step, one ``tf.function``: gradients, their sum over the ranks by gloo, the update.
-
-    All gradients go as one flat vector (float64 if any variable is, else
-    float32) through ``coll`` (a ``numpy_function`` inside the graph); the
-    loss is already divided by the global batch, so the sum is the global
-    batch's gradient.  One rank: no all-reduce.
-    """
-    if coll.world_size == 1:
-        @tf.function(input_signature=sig)
-        def local_step(*args):
-            pairs, loss_sum, logits = loss_and_grads(*args)
-            optimizer.apply_gradients(pairs)
+        def step_fn(*args: Any) -> Any:
+            pairs, loss_sum, logits = self.loss_and_grads(*args)
+            self.optimizer.apply_gradients(pairs)  # the strategy all-reduces them
             return loss_sum, logits
-        return local_step
 
-    @tf.function(input_signature=sig)
-    def step(*args):
-        pairs, loss_sum, logits = loss_and_grads(*args)
-        wide = any(g.dtype == tf.float64 for g, _ in pairs)
-        dtype, np_dtype = (tf.float64, np.float64) if wide else (tf.float32, np.float32)
-        shapes = [tuple(v.shape) for _, v in pairs]
-        sizes = [int(np.prod(s)) for s in shapes]
-        flat = tf.concat([tf.reshape(tf.cast(g, dtype), [-1]) for g, _ in pairs], 0)
-        total = tf.numpy_function(lambda a: coll.allreduce_sum(a, dtype=np_dtype), [flat], dtype, stateful=True)
-        total.set_shape(flat.shape)
-        parts = tf.split(total, sizes)
-        optimizer.apply_gradients([(tf.cast(tf.reshape(p, s), v.dtype), v)
-                                   for p, s, (_, v) in zip(parts, shapes, pairs)])
-        return loss_sum, logits
+        self._fused = self.tf.function(lambda *args: strategy.run(step_fn, args=args), input_signature=self.sig)
 
-    return step
+    def _sync_initial(self) -> None:
+        """The strategy's variables start equal on every worker."""
+
+    def sync_state(self) -> None:
+        """MWMS aggregates non-trainable statistics itself."""
+
+    def close(self) -> None:
+        """The child process exits after the fit; nothing to tear down."""
+
+
+_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def _loss_scale_class() -> Any:
+    import keras
+    return keras.optimizers.LossScaleOptimizer
+
+
+def _configure_tf(tf: Any, spec: WorkerSpec, ctx: WorkerContext) -> None:
+    """Threads and visible GPUs, before TensorFlow's runtime starts (a reused worker keeps the first setting)."""
+    # One intra-op thread per worker by default, as for torch: N workers on N cores otherwise fight for them.
+    threads = max(1, int(os.environ.get("SPARKTRAIN_TF_THREADS", os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    except RuntimeError:  # already initialized in this Python worker
+        pass
+    gpus = tf.config.list_physical_devices("GPU")
+    wanted = set(ctx.gpu_addresses) if spec.scaling.gpus_per_worker else set()
+    chosen = [g for g in gpus if g.name.rsplit(":", 1)[-1] in wanted]
+    note = ""
+    if not spec.scaling.gpus_per_worker:
+        note = "no GPU requested"
+    elif not gpus:
+        note = "TensorFlow sees no GPU here: training on CPU"
+    elif not chosen:
+        note = "the task was given no GPU address TensorFlow knows: training on CPU"
+    try:
+        tf.config.set_visible_devices(chosen, "GPU")
+    except (RuntimeError, ValueError):  # the runtime is already up: keep what it has
+        pass
+    device = f"GPU:{','.join(g.name.rsplit(':', 1)[-1] for g in chosen)}" if chosen else "cpu"
+    ctx.reporter.send("device", addresses=list(ctx.gpu_addresses), device=device, note=note)
 
 
 def _average_non_trainable(model: Any, coll: Collectives) -> None:

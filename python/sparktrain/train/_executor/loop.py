@@ -1,8 +1,19 @@
-"""What the torch and Keras worker loops share: resume, step checkpoints, heartbeats, row traces.
+"""The one training loop: epochs, steps, accumulation, validation, checkpoints, heartbeats, resume.
+
+Frameworks plug in through a small :class:`Adapter` (torch DDP and Horovod in
+``torch_worker``, Keras gloo and MWMS in ``keras_worker``): it builds the
+network and optimizer, runs one optimizer step over a step's micro-batches,
+evaluates a batch, and (de)serializes its state.  Everything else is here,
+once: the order of rows and its sharding, gradient accumulation (a step of
+``accumulate_steps`` micro-batches of ``batch_size`` rows; every counter,
+checkpoint and progress report is in optimizer steps), the empty-batch step
+that keeps ranks in step, fault hooks, heartbeats, metrics, mid-epoch and
+end-of-epoch checkpoints, resume, and the per-step/epoch :class:`Hook` s
+(``on_epoch`` may stop the run: what trial pruning uses).
 
 A checkpoint is a pickle of ``{"meta": {...}, "state": bytes}``: ``state`` is
-the framework's own serialization (model, optimizer, its RNG), ``meta`` is
-the same for every framework:
+the adapter's serialization (model, optimizer, loss scaler, framework RNG),
+``meta`` is the same for every framework:
 
 ``epoch``, ``layers``
     where training continues: the epoch and its progress
@@ -13,15 +24,16 @@ the same for every framework:
 ``shards`` (the world size whose sharding the run follows: after a shrink to a
 divisor of it, each rank trains several of its shards).
 
-Mid-epoch checkpoints happen every ``checkpoint_every_steps`` steps, and/or
-when ``checkpoint_every_s`` passed on rank 0 (decided at the periodic
-all-reduce, so every rank checkpoints at the same step).  Every epoch ends
-with one.  Only rank 0 writes; the newest ``keep_checkpoints`` and the best
-epoch (lowest ``val_loss``, else ``train_loss``) are kept.
+Mid-epoch checkpoints happen every ``checkpoint_every_steps`` optimizer
+steps, and/or when ``checkpoint_every_s`` passed on rank 0 (decided at the
+periodic all-reduce, so every rank checkpoints at the same step).  Every
+epoch ends with one.  Only rank 0 writes; the newest ``keep_checkpoints``
+and the best epoch (lowest ``val_loss``, else ``train_loss``) are kept.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -33,10 +45,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from sparktrain.train._executor import batches as B
 from sparktrain.train._executor import metrics as M
-from sparktrain.train._executor.context import WorkerContext
-from sparktrain.train._executor.epochs import Layer, ReadSettings, continue_layers, epoch_batches
+from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
+from sparktrain.train._executor.epochs import Layer, ReadSettings, continue_layers, dummy_row, epoch_batches
 from sparktrain.train._executor.spec import WorkerSpec
+
+Arrays = Tuple[np.ndarray, np.ndarray, np.ndarray]  # (numeric float32, categorical int, label)
 
 TRACE_ENV = "SPARKTRAIN_TRACE_ROWS"  # test hook: "column:directory" records the row ids each step trained
 HEARTBEAT_S = 1.0
@@ -58,23 +73,95 @@ class Resume:
     shards: Optional[int] = None  # the run's sharding world size (see Loop)
 
 
-class Loop:
-    """One rank's bookkeeping around the framework's training step."""
+class Adapter:
+    """What a framework does for :class:`Loop` (torch DDP/Horovod, Keras gloo/MWMS).
 
-    def __init__(self, spec: WorkerSpec, ctx: WorkerContext, allreduce: Callable[[np.ndarray], np.ndarray]) -> None:
+    ``__init__`` starts the framework's collectives; :meth:`setup` builds the
+    network and optimizer and restores ``loop.resume.state``.  The rest is
+    called by :meth:`Loop.run` on every rank in the same order.
+    """
+
+    def allreduce(self, vec: np.ndarray) -> np.ndarray:
+        """Sum ``vec`` (float64) over the ranks."""
+        raise NotImplementedError
+
+    def setup(self, loop: "Loop") -> None:
+        """Build the network and optimizer (learning rate ``loop.learning_rate``); restore ``loop.resume.state``."""
+        raise NotImplementedError
+
+    def train_step(self, micros: Sequence[Arrays], weight: float,
+                   after_micro: Callable[[int], None]) -> Tuple[float, np.ndarray]:
+        """One optimizer step over a step's micro-batches; ``(loss sum over its rows, predictions)``.
+
+        Gradients of all micro-batches are accumulated and all-reduced once.
+        ``weight`` 0 is the empty step of a rank with no rows left (it must
+        still take part in the collectives).  ``after_micro(i)`` is called
+        after the ``i``-th (1-based) micro-batch's backward pass when there
+        are several.
+        """
+        raise NotImplementedError
+
+    def eval_step(self, x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray) -> Tuple[float, np.ndarray]:
+        """``(loss sum, predictions)`` of one validation batch, in inference mode."""
+        raise NotImplementedError
+
+    def train_mode(self, training: bool) -> None:
+        """Switch dropout and friends on or off."""
+
+    def sync_state(self) -> None:
+        """Make state the all-reduce does not cover equal on every rank (before a checkpoint, after an epoch)."""
+
+    def state(self) -> bytes:
+        """The framework's state (model, optimizer, scaler, RNG) for a checkpoint."""
+        raise NotImplementedError
+
+    def barrier(self) -> None:
+        """Wait for every rank (after an epoch's checkpoint)."""
+        self.allreduce(np.zeros(1))
+
+    def export(self) -> bytes:
+        """The trained network as the model bundle stores it (rank 0)."""
+        raise NotImplementedError
+
+    def digest(self) -> str:
+        """SHA-256 of the weights (ranks must agree)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Tear the collectives down."""
+
+
+class Hook:
+    """Called by :meth:`Loop.run` on every rank; subclass what you need."""
+
+    def on_step(self, epoch: int, step: int, steps: int) -> None:
+        """After each optimizer step (``step`` of ``steps`` done in this epoch)."""
+
+    def on_epoch(self, epoch: int, metrics: Dict[str, float]) -> bool:
+        """After each epoch's checkpoint; return True on rank 0 to stop the run (all ranks stop)."""
+        return False
+
+
+class Loop:
+    """One rank's training loop around a framework :class:`Adapter`."""
+
+    def __init__(self, spec: WorkerSpec, ctx: WorkerContext, allreduce: Callable[[np.ndarray], np.ndarray],
+                 hooks: Sequence[Hook] = ()) -> None:
         self.spec, self.ctx, self.allreduce = spec, ctx, allreduce
+        self.hooks = list(hooks)
         self.world = ctx.world_size
         self.resume = self._load()
-        configured = spec.batch_size * spec.num_workers
-        self.global_batch = self.resume.global_batch or configured
+        optim = spec.optim
+        step_rows = optim.batch_size * optim.accumulate_steps  # rows per rank per optimizer step
+        self.global_batch = self.resume.global_batch or step_rows * spec.num_workers
         shards = self.resume.shards or self.world
-        if spec.elastic_batch == "per_rank":
-            self.batch = spec.batch_size
-            self.learning_rate = spec.learning_rate * (self.batch * self.world) / self.global_batch
+        if spec.failure.elastic_batch == "per_rank":
+            self.batch = step_rows
+            self.learning_rate = optim.learning_rate * (self.batch * self.world) / self.global_batch
         else:  # keep the run's global batch: per-rank batch follows the world size
             self.batch = max(1, math.ceil(self.global_batch / self.world))
-            self.learning_rate = spec.learning_rate
-        if spec.elastic_batch == "global" and shards > self.world and shards % self.world == 0 \
+            self.learning_rate = optim.learning_rate
+        if spec.failure.elastic_batch == "global" and shards > self.world and shards % self.world == 0 \
                 and self.global_batch % shards == 0:
             # Fewer ranks, a divisor of the run's: each takes over shards/world of the run's shards, so every
             # global batch holds the rows it had before (the uninterrupted run's order, this epoch and later).
@@ -82,7 +169,7 @@ class Loop:
             self.batch = self.global_batch // self.world
         else:
             self.shards, self.shard_batch = self.world, self.batch
-        self.settings = ReadSettings(seed=spec.seed, shuffle=True, shuffle_buffer=spec.shuffle_buffer)
+        self.settings = ReadSettings(seed=optim.seed, shuffle=True, shuffle_buffer=optim.shuffle_buffer)
         self.seq = self.resume.seq
         self.best = self.resume.best
         self._last_ckpt = time.monotonic()
@@ -99,6 +186,96 @@ class Loop:
             if last_world is not None and last_world != self.world:
                 ctx.reporter.send("world_size", epoch=self.resume.epoch, step=self.resume.layers[-1].done,
                                   old=last_world, new=self.world, batch_size=self.batch)
+
+    # -- the loop -------------------------------------------------------------------------------------------
+
+    def run(self, adapter: Adapter) -> Dict[str, Any]:
+        """Train the rest of the run; ``{"history", "param_digest"[, "model_bytes" on rank 0]}``."""
+        spec, ctx, task = self.spec, self.ctx, self.spec.inputs.task
+        history = self.resume.history
+        adapter.setup(self)
+        for epoch in range(self.resume.epoch, spec.optim.epochs):
+            layers = self.epoch_layers(epoch)
+            if ctx.rank == 0:
+                ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
+            t0 = time.perf_counter()
+            steps, first, batches = self.batches(epoch, layers)
+            adapter.train_mode(True)
+            train_state = self.start_state(epoch, task)
+            window = np.zeros(2)
+            for k, ((x_num, x_cat, y), ids) in enumerate(batches):
+                done = first + k + 1
+                self.beat.set_phase("compute")
+                maybe_inject_fault(ctx, epoch, first + k)
+                weight = 1.0
+                if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps ranks in step
+                    x_num, x_cat, y = dummy_row(x_num, x_cat, y)
+                    weight = 0.0
+                self.beat.set_phase("collective")  # the step all-reduces the gradients
+                loss_sum, pred = adapter.train_step(self.micro_batches(x_num, x_cat, y), weight,
+                                                    functools.partial(_micro_fault, ctx, epoch, first + k))
+                if weight:
+                    M.update(train_state, task, loss_sum, y, pred)
+                    window += (loss_sum, len(y))
+                reduced, due = self.after_step(epoch, done, steps, window, t0, ids, k + 1)
+                if reduced is not None:
+                    window[:] = 0
+                if due:
+                    adapter.sync_state()
+                    now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
+                    self.checkpoint(epoch, now, train_state, history, adapter.state)
+                for hook in self.hooks:
+                    hook.on_step(epoch, done, steps)
+                self.beat.set_phase("data")
+            self.beat.set_phase("collective")
+            train_time = time.perf_counter() - t0
+            adapter.sync_state()
+            metrics = M.finalize(self.allreduce(train_state), task, prefix="train_")
+            if spec.val_path:
+                metrics.update(self.validate(adapter, spec.val_path))
+            metrics["samples_per_s"] = (steps - first) * self.batch * ctx.world_size / max(train_time, 1e-9)
+            metrics["epoch_time_s"] = time.perf_counter() - t0
+            history.append({"epoch": epoch, **metrics})
+            self.checkpoint(epoch + 1, [], None, history, adapter.state, metrics=metrics)
+            if ctx.rank == 0:
+                ctx.checkpointer.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
+                ctx.reporter.send("epoch", epoch=epoch, epochs=spec.optim.epochs, metrics=metrics)
+            adapter.barrier()  # nobody starts the next epoch before the checkpoint exists
+            if self._stop_after(epoch, metrics):
+                break
+        result: Dict[str, Any] = {"history": history, "param_digest": adapter.digest()}
+        if ctx.rank == 0:
+            result["model_bytes"] = adapter.export()
+        self.close()
+        adapter.close()
+        return result
+
+    def micro_batches(self, x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray) -> List[Arrays]:
+        """A step's rows as micro-batches of at most ``batch_size`` rows (one when not accumulating)."""
+        size = self.spec.optim.batch_size
+        n = len(y)
+        if n <= size:
+            return [(x_num, x_cat, y)]
+        return [(x_num[i:i + size], x_cat[i:i + size], y[i:i + size]) for i in range(0, n, size)]
+
+    def validate(self, adapter: Adapter, path: str) -> Dict[str, float]:
+        """Loss and metrics over this rank's shard of ``path``, all-reduced (``val_`` prefix)."""
+        spec, ctx, task = self.spec, self.ctx, self.spec.inputs.task
+        state = M.new_state(task)
+        adapter.train_mode(False)
+        _, batches = B.epoch_batches(path, spec.inputs, max(spec.optim.batch_size, 4096), ctx.rank, ctx.world_size,
+                                     0, spec.optim.seed, shuffle=False)
+        for x_num, x_cat, y in batches:
+            loss_sum, pred = adapter.eval_step(x_num, x_cat, y)
+            M.update(state, task, loss_sum, y, pred)
+        return M.finalize(self.allreduce(state), task, prefix="val_")
+
+    def _stop_after(self, epoch: int, metrics: Dict[str, float]) -> bool:
+        """Whether a hook asked to stop after ``epoch`` (rank 0 decides; every rank learns it)."""
+        if not self.hooks:
+            return False
+        asked = self.ctx.rank == 0 and any([hook.on_epoch(epoch, metrics) for hook in self.hooks])
+        return bool(self.allreduce(np.array([1.0 if asked else 0.0]))[0] > 0)
 
     # -- resume ---------------------------------------------------------------------------------------------
 
@@ -155,13 +332,13 @@ class Loop:
         if self._trace:
             self._trace.write(epoch, done, ids)
         self.beat.progress(epoch, done, steps)
-        spec = self.spec
+        ckpt = self.spec.checkpoint
         inside = done < steps
-        every = spec.checkpoint_every_steps
+        every = ckpt.checkpoint_every_steps
         due = every is not None and inside and done % every == 0
         reduced = None
-        if done % spec.log_every_steps == 0:
-            timed = spec.checkpoint_every_s is not None and now - self._last_ckpt >= spec.checkpoint_every_s
+        if done % self.spec.logging.log_every_steps == 0:
+            timed = ckpt.checkpoint_every_s is not None and now - self._last_ckpt >= ckpt.checkpoint_every_s
             vec = self.allreduce(np.array([window[0], window[1], 1.0 if (timed and self.ctx.rank == 0) else 0.0]))
             reduced = vec[:2]
             due = due or (inside and vec[2] > 0)
@@ -196,7 +373,7 @@ class Loop:
         cp.save(self.seq, pickle.dumps({"meta": meta, "state": state_fn()}))
         cp.log_event("checkpoint", seq=self.seq, epoch=epoch, step=layers[-1].done if layers else 0,
                      world_size=self.world, attempt=self.ctx.attempt)
-        cp.prune(self.spec.keep_checkpoints, self.best[1] if self.best else None)
+        cp.prune(self.spec.checkpoint.keep_checkpoints, self.best[1] if self.best else None)
         self.seq += 1
         self._last_ckpt = time.monotonic()
 
@@ -204,6 +381,10 @@ class Loop:
         self.beat.close()
         if self._trace:
             self._trace.close()
+
+
+def _micro_fault(ctx: WorkerContext, epoch: int, step: int, micro: int) -> None:
+    maybe_inject_fault(ctx, epoch, step, micro=micro)
 
 
 def _concat_batches(iterators: Sequence[Any]) -> Any:

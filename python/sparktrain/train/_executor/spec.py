@@ -6,7 +6,7 @@ Nothing here refers to driver objects: the barrier task closure captures one
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 
@@ -47,7 +47,7 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Hyperparameters of the default network (embeddings + MLP + head)."""
+    """Hyperparameters of the default network (embeddings + MLP + head): the ``model`` settings."""
 
     hidden_units: Tuple[int, ...] = (64, 64)
     embedding_dim: int = 8
@@ -63,37 +63,106 @@ class ModelSpec:
                    dropout=float(d["dropout"]))
 
 
+# One frozen spec per group of sparktrain.settings (fields = the group's settings; tests/test_settings.py
+# holds them to the table).  Defaults are the settings' defaults.
+
+@dataclass(frozen=True)
+class ScalingSpec:
+    """How many ranks, on what devices, all-reducing how."""
+
+    num_workers: int = 2
+    backend: str = "ddp"           # resolved: ddp | horovod (torch); gloo | mwms (Keras)
+    gpus_per_worker: int = 0
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """What an optimizer step is: batches, accumulation, precision, learning rate, order."""
+
+    epochs: int = 3
+    batch_size: int = 512          # rows per micro-batch per rank
+    accumulate_steps: int = 1      # micro-batches per optimizer step
+    learning_rate: float = 1e-3
+    precision: str = "fp32"        # fp32 | bf16 | fp16
+    seed: int = 42
+    shuffle_buffer: int = 8192
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """When rank 0 checkpoints, and how many it keeps."""
+
+    checkpoint_every_steps: Optional[int] = None   # mid-epoch checkpoint every N optimizer steps (None: off)
+    checkpoint_every_s: Optional[float] = 30.0     # ... or when this long passed (checked at log steps)
+    keep_checkpoints: int = 2                      # newest checkpoints kept (plus the best epoch)
+
+
+@dataclass(frozen=True)
+class FailureSpec:
+    """Timeouts, retries and elasticity."""
+
+    stall_timeout_s: float = 600.0  # collectives' timeout; the driver's watchdog uses it too
+    elastic: bool = False
+    min_workers: Optional[int] = None
+    elastic_batch: str = "global"   # on a world-size change: keep the global batch, or "per_rank"
+    max_attempts: int = 1           # launches allowed (spark.task.maxFailures / local[N,F]); set by the launcher
+
+
+@dataclass(frozen=True)
+class LoggingSpec:
+    """How often ranks report."""
+
+    log_every_steps: int = 50
+    log_every_s: float = 30.0
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything a barrier task needs to train; only primitives and bytes."""
+    """Everything a barrier task needs to train; only primitives, bytes and the group specs above."""
 
     framework: str                 # torch | keras
-    backend: str                   # ddp | horovod (torch); gloo | mwms (Keras)
-    num_workers: int
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    seed: int
-    shuffle_buffer: int
     inputs: InputSpec
-    model: ModelSpec
     train_path: str
     val_path: Optional[str]
     store: str
     run_id: str
+    scaling: ScalingSpec = field(default_factory=ScalingSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    failure: FailureSpec = field(default_factory=FailureSpec)
+    logging: LoggingSpec = field(default_factory=LoggingSpec)
     progress_address: Optional[str] = None
     token: str = ""
-    use_gpu: bool = False
-    log_every_steps: int = 50
     model_factory: Optional[bytes] = None      # cloudpickled callable(inputs, model_spec) -> module/model
     loss_factory: Optional[bytes] = None       # cloudpickled callable() -> loss
     optimizer_factory: Optional[bytes] = None  # cloudpickled callable(params_or_none, lr) -> optimizer
     env: Dict[str, str] = field(default_factory=dict)
-    python: Optional[str] = None               # interpreter for subprocess workers (Keras)
+    python: Optional[str] = None               # interpreter for subprocess workers (Keras under MWMS)
     launch_id: str = ""                        # one fit() call (its Spark retries share it)
-    max_attempts: int = 1                      # launches allowed (spark.task.maxFailures / local[N,F])
-    checkpoint_every_steps: Optional[int] = None   # mid-epoch checkpoint every N steps (None: off)
-    checkpoint_every_s: Optional[float] = 30.0     # ... or when this long passed (checked at log steps)
-    keep_checkpoints: int = 2                  # newest checkpoints kept (plus the best epoch)
-    elastic_batch: str = "global"              # on a world-size change: keep the global batch, or "per_rank"
-    stall_timeout_s: float = 600.0             # collectives' timeout; the driver's watchdog uses it too
+
+    @property
+    def num_workers(self) -> int:
+        return self.scaling.num_workers
+
+    @property
+    def backend(self) -> str:
+        return self.scaling.backend
+
+    def with_workers(self, n: int) -> "WorkerSpec":
+        """The same run on ``n`` ranks (an elastic relaunch)."""
+        return replace(self, scaling=replace(self.scaling, num_workers=n))
+
+
+#: the executor spec of each settings group
+GROUP_SPECS = {"scaling": ScalingSpec, "optim": OptimSpec, "model": ModelSpec, "checkpoint": CheckpointSpec,
+               "failure": FailureSpec, "logging": LoggingSpec}
+
+
+def group_specs(values: Dict[str, Any]) -> Dict[str, Any]:
+    """``{group: spec}`` from settings by key (each spec takes the keys it has fields for)."""
+    out = {}
+    for group, cls in GROUP_SPECS.items():
+        names = {f.name for f in fields(cls)}
+        out[group] = cls(**{k: v for k, v in values.items() if k in names})
+    return out

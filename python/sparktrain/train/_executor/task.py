@@ -50,7 +50,7 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
         # PySpark's TaskContext has no stage attempt number: count earlier launches in the run's log
         # (read before allGather; rank 0 logs this launch only after it).
         attempt = sum(1 for e in checkpointer.events(this_launch=True) if e.get("event") in ("started", "resumed"))
-        if attempt >= spec.max_attempts:
+        if attempt >= spec.failure.max_attempts:
             # Spark resubmits a failed barrier stage up to spark.stage.maxConsecutiveAttempts times, more
             # than spark.task.maxFailures allows; fail fast with the original (root-cause) error.
             failures = checkpointer.failures()
@@ -84,7 +84,7 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 attempt=attempt, checkpointer=checkpointer,
                 reporter=reporter, local_rank=same_host.index(rank), local_size=len(same_host),
                 listen_sock=listen, gpu_addresses=list(resources["gpu"].addresses) if "gpu" in resources else [])
-            result = _train(spec, ctx, peers)
+            result = train_rank(spec, ctx, peers)
             if rank == 0:  # the model goes to the store, never through the stage's result (maxResultSize)
                 checkpointer.write_model(result.pop("model_bytes"), {
                     "framework": spec.framework, "inputs": spec.inputs.to_dict(), "launch": spec.launch_id,
@@ -116,9 +116,13 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
     return barrier_task
 
 
-def _train(spec: WorkerSpec, ctx: WorkerContext, peers: list) -> Dict[str, Any]:
+def train_rank(spec: WorkerSpec, ctx: WorkerContext, peers: list) -> Dict[str, Any]:
+    """Train this rank: torch and Keras (gloo) in this Python worker, Keras under MWMS in a child process."""
     if spec.framework == "torch":
         from sparktrain.train._executor import torch_worker
         return torch_worker.train(spec, ctx)
-    from sparktrain.train._executor import keras_launch
-    return keras_launch.train_in_subprocess(spec, ctx, peers)
+    if spec.backend == "mwms":
+        from sparktrain.train._executor import keras_launch
+        return keras_launch.train_in_subprocess(spec, ctx, peers)
+    from sparktrain.train._executor import keras_worker
+    return keras_worker.train(spec, ctx)

@@ -6,20 +6,17 @@ this module on the driver costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
-import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from sparktrain.train._executor import metrics as M
-from sparktrain.train._executor.batches import epoch_batches
 from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
-from sparktrain.train._executor.context import WorkerContext, maybe_inject_fault
-from sparktrain.train._executor.epochs import Layer, dummy_row
-from sparktrain.train._executor.loop import Loop
+from sparktrain.train._executor.context import WorkerContext
+from sparktrain.train._executor.loop import Adapter, Arrays, Hook, Loop
 from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
 
 
@@ -81,118 +78,182 @@ def to_prediction(logits, task: str):
     return logits.reshape(-1)
 
 
-def train(spec: WorkerSpec, ctx: WorkerContext) -> Dict[str, Any]:
-    """Train on this rank's shards; rank 0 writes the exported model to the store."""
-    import torch
+def train(spec: WorkerSpec, ctx: WorkerContext, hooks: Sequence[Hook] = ()) -> Dict[str, Any]:
+    """Train on this rank's shards with :class:`~sparktrain.train._executor.loop.Loop`; rank 0 exports the model."""
+    adapter: TorchAdapter = HorovodAdapter(spec, ctx) if spec.backend == "horovod" else TorchAdapter(spec, ctx)
+    return Loop(spec, ctx, adapter.allreduce, hooks).run(adapter)
 
-    torch.set_num_threads(max(1, int(os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
-    device = _device(spec, ctx)
-    coll = Collectives(spec.backend, ctx.world_size)
-    _init_process_group(spec, ctx)
-    torch.manual_seed(spec.seed)
-    np.random.seed(spec.seed)
-    random.seed(spec.seed)
-    inputs = spec.inputs
-    loop = Loop(spec, ctx, coll.allreduce_sum)
-    model = make_model(inputs, spec.model, spec.model_factory).to(device)
-    optimizer = _make_optimizer(spec, model, loop.learning_rate)
-    loss_fn = make_loss(inputs.task, spec.loss_factory)
-    history = loop.resume.history
-    if loop.resume.state is not None:
-        state = torch.load(io.BytesIO(loop.resume.state), map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        for group in optimizer.param_groups:  # an elastic resume may scale the learning rate
-            group["lr"] = loop.learning_rate
-        torch.set_rng_state(state["torch_rng"])
 
-    def state_bytes() -> bytes:
+class TorchAdapter(Adapter):
+    """PyTorch under DDP (gloo on CPU, nccl on CUDA); one process per rank.
+
+    Mixed precision is ``torch.autocast`` (bf16 on CPU or CUDA; fp16 with a
+    ``GradScaler`` on CUDA); gradient accumulation runs all micro-batches but
+    the last under DDP's ``no_sync``, so gradients are all-reduced once per
+    optimizer step.
+    """
+
+    def __init__(self, spec: WorkerSpec, ctx: WorkerContext) -> None:
+        import torch
+
+        self.spec, self.ctx = spec, ctx
+        torch.set_num_threads(max(1, int(os.environ.get("SPARKTRAIN_TORCH_THREADS", "1"))))
+        self.device = select_device(spec, ctx)
+        self.coll = Collectives(spec.backend, ctx.world_size)
+        self._init_collectives()
+        torch.manual_seed(spec.optim.seed)
+        np.random.seed(spec.optim.seed)
+        random.seed(spec.optim.seed)
+        self.task = spec.inputs.task
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec.optim.precision)
+        self.scaler: Any = None  # torch.amp.GradScaler for fp16 on CUDA
+
+    def allreduce(self, vec: np.ndarray) -> np.ndarray:
+        return self.coll.allreduce_sum(vec)
+
+    def _init_collectives(self) -> None:
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        init_process_group(self.ctx, self.spec.failure.stall_timeout_s, backend)
+
+    def setup(self, loop: Loop) -> None:
+        import torch
+
+        spec = self.spec
+        self.model = make_model(spec.inputs, spec.model, spec.model_factory).to(self.device)
+        self.optimizer = self._optimizer(loop.learning_rate)
+        self.loss_fn = make_loss(self.task, spec.loss_factory)
+        if self.amp_dtype is torch.float16 and self.device.type == "cuda":
+            self.scaler = torch.amp.GradScaler("cuda")
+        if loop.resume.state is not None:
+            state = torch.load(io.BytesIO(loop.resume.state), map_location=self.device, weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            for group in self.optimizer.param_groups:  # an elastic resume may scale the learning rate
+                group["lr"] = loop.learning_rate
+            torch.set_rng_state(state["torch_rng"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+        self.net = self._wrap()
+
+    def _optimizer(self, learning_rate: float):
+        import torch
+
+        if self.spec.optimizer_factory:
+            import cloudpickle
+            return cloudpickle.loads(self.spec.optimizer_factory)(self.model.parameters(), learning_rate)
+        return torch.optim.Adam(self.model.parameters(), lr=learning_rate)
+
+    def _wrap(self):
+        if self.ctx.world_size == 1:
+            return self.model
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        return DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    def _autocast(self):
+        import torch
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _tensors(self, x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray):
+        import torch
+        dev = self.device
+        return torch.from_numpy(x_num).to(dev), torch.from_numpy(x_cat).to(dev), torch.from_numpy(y).to(dev)
+
+    def _no_sync(self, last: bool):
+        return self.net.no_sync() if not last and hasattr(self.net, "no_sync") else contextlib.nullcontext()
+
+    def train_step(self, micros: Sequence[Arrays], weight: float,
+                   after_micro: Callable[[int], None]) -> Tuple[float, np.ndarray]:
+        import torch
+
+        rows = sum(len(m[2]) for m in micros)
+        self.optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no argument
+        loss_sum, preds = 0.0, []
+        for i, (x_num, x_cat, y) in enumerate(micros):
+            xn, xc, yt = self._tensors(x_num, x_cat, y)
+            with self._no_sync(i == len(micros) - 1):  # DDP all-reduces in the last micro-batch's backward()
+                with self._autocast():
+                    logits = self.net(xn, xc)
+                    loss = self.loss_fn(logits, yt)
+                scaled = loss * (len(y) / rows * weight)
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            loss_sum += float(loss.detach()) * len(y) * weight
+            with torch.no_grad():
+                preds.append(to_prediction(logits.float(), self.task).cpu().numpy())
+            if len(micros) > 1:
+                after_micro(i + 1)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        return loss_sum, preds[0] if len(preds) == 1 else np.concatenate(preds)
+
+    def eval_step(self, x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray) -> Tuple[float, np.ndarray]:
+        import torch
+
+        xn, xc, yt = self._tensors(x_num, x_cat, y)
+        with torch.no_grad(), self._autocast():
+            logits = self.net(xn, xc)
+            loss = self.loss_fn(logits, yt)
+        return float(loss) * len(y), to_prediction(logits.float(), self.task).cpu().numpy()
+
+    def train_mode(self, training: bool) -> None:
+        self.net.train(training)
+
+    def state(self) -> bytes:
+        import torch
         buf = io.BytesIO()
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "torch_rng": torch.get_rng_state()}, buf)
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "scaler": self.scaler.state_dict() if self.scaler is not None else None}, buf)
         return buf.getvalue()
 
-    net = _wrap(spec, ctx, model, optimizer, device)
-    for epoch in range(loop.resume.epoch, spec.epochs):
-        layers = loop.epoch_layers(epoch)
-        if ctx.rank == 0:
-            ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
-        t0 = time.perf_counter()
-        steps, first, batches = loop.batches(epoch, layers)
-        net.train()
-        train_state = loop.start_state(epoch, inputs.task)
-        window = np.zeros(2)
-        for k, ((x_num, x_cat, y), ids) in enumerate(batches):
-            done = first + k + 1
-            loop.beat.set_phase("compute")
-            maybe_inject_fault(ctx, epoch, first + k)
-            weight = 1.0
-            if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps DDP in step
-                x_num, x_cat, y = dummy_row(x_num, x_cat, y)
-                weight = 0.0
-            xn, xc = torch.from_numpy(x_num).to(device), torch.from_numpy(x_cat).to(device)
-            yt = torch.from_numpy(y).to(device)
-            logits = net(xn, xc)
-            loss = loss_fn(logits, yt) * weight
-            optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no argument
-            loop.beat.set_phase("collective")  # DDP all-reduces the gradients inside backward()
-            loss.backward()
-            optimizer.step()
-            if weight:
-                with torch.no_grad():
-                    pred = to_prediction(logits, inputs.task).cpu().numpy()
-                batch_loss = float(loss.detach()) * len(y)
-                M.update(train_state, inputs.task, batch_loss, y, pred)
-                window += (batch_loss, len(y))
-            reduced, due = loop.after_step(epoch, done, steps, window, t0, ids, k + 1)
-            if reduced is not None:
-                window[:] = 0
-            if due:
-                now = [*layers[:-1], Layer(layers[-1].world, layers[-1].batch, done)]
-                loop.checkpoint(epoch, now, train_state, history, state_bytes)
-            loop.beat.set_phase("data")
-        loop.beat.set_phase("collective")
-        train_time = time.perf_counter() - t0
-        metrics = M.finalize(coll.allreduce_sum(train_state), inputs.task, prefix="train_")
-        if spec.val_path:
-            metrics.update(evaluate(spec.val_path, net, inputs, spec, ctx, coll, device, prefix="val_"))
-        metrics["samples_per_s"] = (steps - first) * loop.batch * ctx.world_size / max(train_time, 1e-9)
-        metrics["epoch_time_s"] = time.perf_counter() - t0
-        history.append({"epoch": epoch, **metrics})
-        loop.checkpoint(epoch + 1, [], None, history, state_bytes, metrics=metrics)
-        if ctx.rank == 0:
-            ctx.checkpointer.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
-            ctx.reporter.send("epoch", epoch=epoch, epochs=spec.epochs, metrics=metrics)
-        _barrier(spec, ctx)
+    def barrier(self) -> None:
+        if self.ctx.world_size > 1:
+            import torch.distributed as dist
+            dist.barrier()
 
-    result: Dict[str, Any] = {"history": history}
-    if ctx.rank == 0:
-        result["model_bytes"] = export_model(model, spec)
-    result["param_digest"] = _param_digest(model)
-    loop.close()
-    _shutdown(spec, ctx)
-    del net  # DDP's reducer owns the process group: it is destroyed here, while coll's buffers are still alive
-    del coll
-    return result
+    def export(self) -> bytes:
+        return export_model(self.model, self.spec)
+
+    def digest(self) -> str:
+        return _param_digest(self.model)
+
+    def close(self) -> None:
+        """``barrier()`` then ``destroy_process_group()``: without it rank 0 may abort at exit."""
+        shutdown_process_group(self.ctx.world_size)
+        del self.net  # DDP's reducer owns the process group: it goes here, while coll's buffers are still alive
+        del self.coll
 
 
-def evaluate(path: str, net, inputs: InputSpec, spec: WorkerSpec, ctx: WorkerContext, coll: Collectives,
-             device, prefix: str) -> Dict[str, float]:
-    """Loss/accuracy/AUC over this rank's shard of ``path``, all-reduced."""
-    import torch
+class HorovodAdapter(TorchAdapter):
+    """PyTorch under Horovod (its env is set by ``horovod_rdzv`` in the barrier task)."""
 
-    loss_fn = make_loss(inputs.task, spec.loss_factory)
-    state = M.new_state(inputs.task)
-    net.eval()
-    _, batches = epoch_batches(path, inputs, max(spec.batch_size, 4096), ctx.rank, ctx.world_size, 0,
-                               spec.seed, shuffle=False)
-    with torch.no_grad():
-        for x_num, x_cat, y in batches:
-            logits = net(torch.from_numpy(x_num).to(device), torch.from_numpy(x_cat).to(device))
-            yt = torch.from_numpy(y).to(device)
-            pred = to_prediction(logits, inputs.task).cpu().numpy()
-            M.update(state, inputs.task, float(loss_fn(logits, yt)) * len(y), y, pred)
-    return M.finalize(coll.allreduce_sum(state), inputs.task, prefix=prefix)
+    def _init_collectives(self) -> None:
+        import horovod.torch as hvd
+        hvd.init()
+
+    def _optimizer(self, learning_rate: float):
+        import horovod.torch as hvd
+        return hvd.DistributedOptimizer(super()._optimizer(learning_rate),
+                                        named_parameters=self.model.named_parameters())
+
+    def _wrap(self):
+        import horovod.torch as hvd
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+        return self.model
+
+    def barrier(self) -> None:
+        if self.ctx.world_size > 1:
+            import horovod.torch as hvd
+            hvd.join()
+
+    def close(self) -> None:
+        import horovod.torch as hvd
+        hvd.shutdown()
 
 
 def export_model(model, spec: WorkerSpec) -> bytes:
@@ -213,69 +274,27 @@ def _param_digest(model) -> str:
     return h.hexdigest()
 
 
-def _device(spec: WorkerSpec, ctx: WorkerContext):
+def select_device(spec: WorkerSpec, ctx: WorkerContext):
+    """This rank's device: the GPU its task's resources name (never one picked by rank), else the CPU.
+
+    The choice, the addresses and why is reported to the driver, which logs one line per rank.
+    """
     import torch
-    if spec.use_gpu and torch.cuda.is_available():
-        gpus = ctx.gpu_addresses
-        index = int(gpus[0]) if gpus else ctx.rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
 
-
-def _init_process_group(spec: WorkerSpec, ctx: WorkerContext) -> None:
-    if spec.backend == "horovod":
-        import horovod.torch as hvd  # env set by horovod_rdzv in the barrier task
-        hvd.init()
-        return
-    init_process_group(ctx, spec.stall_timeout_s, "nccl" if spec.use_gpu and _cuda() else "gloo")
-
-
-def _cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()
-
-
-def _make_optimizer(spec: WorkerSpec, model, learning_rate: float):
-    import torch
-    if spec.optimizer_factory:
-        import cloudpickle
-        opt = cloudpickle.loads(spec.optimizer_factory)(model.parameters(), learning_rate)
+    addresses = list(ctx.gpu_addresses)
+    note = ""
+    if spec.scaling.gpus_per_worker == 0:
+        device, note = torch.device("cpu"), "no GPU requested"
+    elif not torch.cuda.is_available():
+        device, note = torch.device("cpu"), "CUDA is not available here: training on CPU"
+    elif not addresses:
+        device, note = torch.device("cpu"), ("the task was given no GPU address (Spark's task resources): "
+                                             "training on CPU")
     else:
-        opt = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    if spec.backend == "horovod":
-        import horovod.torch as hvd
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    return opt
-
-
-def _wrap(spec: WorkerSpec, ctx: WorkerContext, model, optimizer, device):
-    if spec.backend == "horovod":
-        import horovod.torch as hvd
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        return model
-    if ctx.world_size == 1:
-        return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-
-def _barrier(spec: WorkerSpec, ctx: WorkerContext) -> None:
-    if ctx.world_size == 1:
-        return
-    if spec.backend == "horovod":
-        import horovod.torch as hvd
-        hvd.join()
-        return
-    import torch.distributed as dist
-    dist.barrier()
-
-
-def _shutdown(spec: WorkerSpec, ctx: WorkerContext) -> None:
-    """``barrier()`` then ``destroy_process_group()``: without it rank 0 may abort at exit."""
-    if spec.backend == "horovod":
-        import horovod.torch as hvd
-        hvd.shutdown()
-        return
-    shutdown_process_group(ctx.world_size)
+        index = int(addresses[0])
+        if index >= torch.cuda.device_count():  # CUDA_VISIBLE_DEVICES already narrowed to this task's GPUs
+            index = 0
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+    ctx.reporter.send("device", addresses=addresses, device=str(device), note=note)
+    return device

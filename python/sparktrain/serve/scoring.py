@@ -71,7 +71,7 @@ def signature_columns(model_uri: str) -> Tuple[List[Tuple[str, str]], List[Tuple
 
 
 def _spark_type(mlflow_type: str) -> str:
-    from sparktrain.track.pyfunc import MLFLOW_TO_SPARK
+    from sparktrain.serve.pyfunc import MLFLOW_TO_SPARK
 
     t = mlflow_type.lower()
     if t.startswith("array"):

@@ -2,7 +2,7 @@
 
 The pyfunc model (:class:`SparktrainModel`) takes **raw** rows: its signature
 lists the columns the features read, with their raw types, and
-``predict(pandas_df)`` applies :func:`sparktrain.features.local.transform_local`
+``predict(pandas_df)`` applies :func:`sparktrain.serve.local.transform_local`
 (numpy/pyarrow from the fitted statistics in ``features.json``), then the
 network, through the same predictor the Spark Transformer uses.  The model's
 artifacts:
@@ -44,7 +44,7 @@ PIPELINE = "pipeline_model"
 _SPARK_TO_MLFLOW = {"string": "string", "boolean": "boolean", "tinyint": "long", "smallint": "long",
                     "int": "long", "bigint": "long", "float": "double", "double": "double",
                     "timestamp": "datetime", "timestamp_ntz": "datetime", "date": "datetime"}
-#: MLflow column type -> the Spark type :func:`sparktrain.track.scoring.score_path` casts to.
+#: MLflow column type -> the Spark type :func:`sparktrain.serve.scoring.score_path` casts to.
 MLFLOW_TO_SPARK = {"string": "string", "boolean": "boolean", "long": "bigint", "integer": "int",
                    "double": "double", "float": "float", "datetime": "timestamp", "binary": "binary"}
 
@@ -104,7 +104,7 @@ def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: by
     """Raw pandas rows -> ``prediction`` (and ``probability``) as a pandas DataFrame."""
     import pandas as pd
 
-    from sparktrain.features.local import transform_local
+    from sparktrain.serve.local import transform_local
     from sparktrain.train.worker import predict_arrays, to_outputs
 
     if not isinstance(df, pd.DataFrame):
@@ -198,7 +198,7 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
                      params: Optional[Dict[str, Any]] = None, client: Any = None):
     """Log the pyfunc model to run ``run_id`` (in that run's experiment); returns MLflow's ``ModelInfo``.
 
-    The model is logged "from code" (:mod:`sparktrain.track._model_code`), not
+    The model is logged "from code" (:mod:`sparktrain.serve._model_code`), not
     pickled, with the ``sparktrain`` package as ``code_paths``.
     """
     import mlflow

@@ -7,6 +7,6 @@ is rebuilt from source instead of being unpickled.
 
 from mlflow.models import set_model
 
-from sparktrain.track.pyfunc import SparktrainModel
+from sparktrain.serve.pyfunc import SparktrainModel
 
 set_model(SparktrainModel())

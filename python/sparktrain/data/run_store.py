@@ -1,0 +1,247 @@
+"""The training store: a folder per run, laid out in one place for the driver and the executors.
+
+Layout under ``<store>/<run_id>/`` (a local path or any :mod:`pyarrow.fs` URI)::
+
+    run.json                        the run's fingerprint (driver, sparktrain.train.plan; the store's
+                                    marker that sparktrain owns the folder)
+    data/train/ data/validation/    a DataFrame passed to fit(), materialized (driver)
+    checkpoints/ckpt-000007.ckpt    checkpoints, numbered; the newest keep_checkpoints and the best stay
+    checkpoints/log.jsonl           append-only event log (started / resumed / epoch finished ...)
+    failures/                       one JSON file per failed rank and attempt
+    model/network/model.bin         the trained network, written by rank 0 (the driver reads it back)
+    model/network/spec.json
+    model/...                       the rest of the bundle (sparktrain.track.bundle)
+
+:class:`Store` is a directory on a pyarrow filesystem with atomic writes
+(temporary name, then a rename), so a process killed halfway never leaves a
+file that looks complete.  :class:`RunStore` names every path of one run.
+Plain Python on pyarrow: executors import it, and it imports nothing of
+pyspark or of the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+DATA_DIR = "data"
+CHECKPOINTS_DIR = "checkpoints"
+EVENT_LOG = "log.jsonl"
+FAILURES_DIR = "failures"
+MODEL_DIR = "model"
+NETWORK_DIR = "network"
+NETWORK_FILE = "model.bin"
+NETWORK_SPEC = "spec.json"
+
+_CKPT = re.compile(r"ckpt-(\d+)\.ckpt$")
+
+
+class Store:
+    """A directory on a pyarrow filesystem, addressed by URI or local path.
+
+    Parameters
+    ----------
+    root : str
+        A local path (made absolute) or a URI such as ``s3://bucket/prefix``.
+    """
+
+    def __init__(self, root: str) -> None:
+        from pyarrow import fs as pafs
+
+        if "://" in root:
+            self.fs, self.root = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(root)
+        self.uri = root
+
+    def path(self, *parts: str) -> str:
+        """The path inside :attr:`fs` of ``parts`` (joined with ``/``) under the root."""
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def makedirs(self, *parts: str) -> None:
+        self.fs.create_dir(self.path(*parts), recursive=True)
+
+    def exists(self, *parts: str) -> bool:
+        from pyarrow import fs as pafs
+        return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``data`` to ``rel`` atomically."""
+        final = self.path(rel)
+        parent = final.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, final)
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as src:
+            return src.read()
+
+    def listdir(self, rel: str) -> List[str]:
+        """Names in the folder ``rel``, sorted (``[]`` when it does not exist)."""
+        from pyarrow import fs as pafs
+        if not self.exists(rel):
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(rel)))
+        return sorted(i.base_name for i in infos)
+
+    def append_line(self, rel: str, line: str) -> None:
+        """Append to a small log file (read-modify-write; only one writer, rank 0, calls this)."""
+        old = self.read_bytes(rel) if self.exists(rel) else b""
+        self.write_bytes(rel, old + line.encode() + b"\n")
+
+    def delete(self, rel: str) -> None:
+        """Delete the file or folder ``rel`` when it exists; an error is logged, never raised."""
+        from pyarrow import fs as pafs
+
+        path = self.path(rel)
+        try:
+            kind = self.fs.get_file_info(path).type
+            if kind == pafs.FileType.Directory:
+                self.fs.delete_dir(path)
+            elif kind == pafs.FileType.File:
+                self.fs.delete_file(path)
+        except OSError as exc:  # cleanup must not hide the original error
+            log.warning("could not delete '%s': %s", path, exc)
+
+
+class RunStore:
+    """The folder ``<store>/<run_id>/`` of one training run (see the module docstring for its layout).
+
+    Parameters
+    ----------
+    store : str or Store
+        The training store (local path or URI), or an open :class:`Store`.
+    run_id : str
+        The run's id.
+
+    Examples
+    --------
+    >>> run = RunStore("/tmp/store", "a1b2c3")
+    >>> run.uri("data", "train")
+    '/tmp/store/a1b2c3/data/train'
+    >>> run.checkpoint_rel(7)
+    'a1b2c3/checkpoints/ckpt-000007.ckpt'
+    """
+
+    def __init__(self, store: "str | Store", run_id: str) -> None:
+        self._store = store if isinstance(store, Store) else None
+        self.store_uri = store.uri if isinstance(store, Store) else store
+        self.run_id = run_id
+
+    @property
+    def store(self) -> Store:
+        """The store's :class:`Store` (its filesystem is resolved on first use: naming paths needs none)."""
+        if self._store is None:
+            self._store = Store(self.store_uri)
+        return self._store
+
+    # -- names ------------------------------------------------------------------------------------------------
+
+    def rel(self, *parts: str) -> str:
+        """``<run_id>/<parts...>``: a path relative to the store's root (what :class:`Store` methods take)."""
+        return "/".join([self.run_id, *parts])
+
+    def uri(self, *parts: str) -> str:
+        """``<store>/<run_id>/<parts...>`` as the store was given (local path or URI), for Spark and pyarrow."""
+        return "/".join([self.store_uri.rstrip("/"), self.run_id, *parts])
+
+    def data_uri(self, split: Optional[str] = None) -> str:
+        """Where a DataFrame passed to ``fit()`` is materialized: ``data/`` or ``data/<split>``."""
+        return self.uri(DATA_DIR, split) if split else self.uri(DATA_DIR)
+
+    def model_uri(self) -> str:
+        """``<store>/<run_id>/model``: the trained network, then the whole bundle."""
+        return self.uri(MODEL_DIR)
+
+    def checkpoint_rel(self, seq: int) -> str:
+        """The relative path of checkpoint number ``seq``."""
+        return self.rel(CHECKPOINTS_DIR, f"ckpt-{seq:06d}.ckpt")
+
+    # -- the run record (driver) ------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether anything of this run is in the store."""
+        return self.store.exists(self.run_id)
+
+    def is_recorded(self) -> bool:
+        """Whether the run has its ``run.json`` (sparktrain owns the folder)."""
+        return self.store.exists(self.rel(RUN_FILE))
+
+    def read_run(self) -> Optional[Dict[str, Any]]:
+        """The run's ``run.json``, or None when it has none."""
+        rel = self.rel(RUN_FILE)
+        return json.loads(self.store.read_bytes(rel)) if self.store.exists(rel) else None
+
+    def write_run(self, body: Dict[str, Any]) -> None:
+        """Write ``run.json`` (atomically)."""
+        self.store.write_bytes(self.rel(RUN_FILE), json.dumps(body, indent=1, default=str).encode())
+
+    def discard_unrecorded(self) -> None:
+        """Remove what a run wrote before it was recorded (``data/``); never touch a recorded run."""
+        if not self.exists() or self.is_recorded():
+            return
+        self.store.delete(self.rel(DATA_DIR))
+        try:
+            if not self.store.listdir(self.run_id):
+                self.store.fs.delete_dir(self.store.path(self.run_id))
+        except OSError:
+            pass
+
+    # -- checkpoints (rank 0 writes; every rank reads on resume) ---------------------------------------------
+
+    def checkpoints(self) -> List[Tuple[int, str]]:
+        """``[(sequence number, relative path)]`` of the complete checkpoints, oldest first."""
+        found = []
+        for name in self.store.listdir(self.rel(CHECKPOINTS_DIR)):
+            m = _CKPT.match(name)  # a half-written checkpoint is a '.tmp-*' file: never listed
+            if m:
+                found.append((int(m.group(1)), self.rel(CHECKPOINTS_DIR, name)))
+        return sorted(found)
+
+    def read_events(self) -> List[Dict[str, Any]]:
+        """Every line of the run's event log, oldest first (``[]`` without one)."""
+        rel = self.rel(CHECKPOINTS_DIR, EVENT_LOG)
+        if not self.store.exists(rel):
+            return []
+        return [json.loads(x) for x in self.store.read_bytes(rel).decode().splitlines() if x.strip()]
+
+    def append_event(self, body: Dict[str, Any]) -> None:
+        """Append one JSON line to the event log (one writer: rank 0)."""
+        self.store.append_line(self.rel(CHECKPOINTS_DIR, EVENT_LOG), json.dumps(body, default=str))
+
+    # -- the trained network ----------------------------------------------------------------------------------
+
+    def write_network(self, model_bytes: bytes, spec: Dict[str, Any]) -> str:
+        """Write ``model/network/model.bin`` and ``spec.json``; returns the ``model/`` folder's path."""
+        self.store.write_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_FILE), model_bytes)
+        self.store.write_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_SPEC), json.dumps(spec, indent=1).encode())
+        return self.store.path(self.rel(MODEL_DIR))
+
+    def read_network(self) -> Tuple[bytes, Dict[str, Any]]:
+        """``(network bytes, spec)`` written by :meth:`write_network`."""
+        return (self.store.read_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_FILE)),
+                json.loads(self.store.read_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_SPEC))))
+
+    # -- failures ---------------------------------------------------------------------------------------------
+
+    def write_failure(self, name: str, body: Dict[str, Any]) -> None:
+        """Keep one failure record as ``failures/<name>`` (one file per writer: no races)."""
+        self.store.write_bytes(self.rel(FAILURES_DIR, name), json.dumps(body, default=str).encode())
+
+    def read_failures(self, prefix: str = "") -> List[Dict[str, Any]]:
+        """The failure records whose file name starts with ``prefix``, in file-name order."""
+        return [json.loads(self.store.read_bytes(self.rel(FAILURES_DIR, n)))
+                for n in self.store.listdir(self.rel(FAILURES_DIR)) if n.endswith(".json") and n.startswith(prefix)]
+
+
+__all__ = ["RUN_FILE", "RunStore", "Store"]

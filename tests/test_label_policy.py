@@ -1,0 +1,129 @@
+"""One label policy and one split expression for preprocess and ``fit(df)`` (real Spark, real torch).
+
+A string label passed to ``fit(df)`` is indexed as preprocess indexes it and
+predicted back as its strings; a label neither path can train on is refused
+by both with the same error; the split of a DataFrame is the seeded
+expression preprocess uses.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sparktrain.config import parse_config
+from sparktrain.errors import DataError, SchemaError
+
+ROWS = 300
+CLASSES = ["high", "low", "mid"]  # sorted by text, as preprocess orders string classes
+
+
+def _est(tmp_path, **kw):
+    from sparktrain.train.estimator import TorchEstimator
+
+    params = dict(numWorkers=1, epochs=1, batchSize=32, learningRate=0.05, hiddenUnits=[16],
+                  store=str(tmp_path / "store"))
+    params.update(kw)
+    est = TorchEstimator(**params)
+    est.show_progress = False
+    return est
+
+
+@pytest.fixture(scope="module")
+def graded(spark):
+    """``x`` in [0, 1) and its grade: low below 1/3, mid below 2/3, high above (three string classes)."""
+    return spark.sql(f"SELECT id, CAST(id AS DOUBLE) / {ROWS} AS x, CASE WHEN id * 3 < {ROWS} THEN 'low' "
+                     f"WHEN id * 3 < {2 * ROWS} THEN 'mid' ELSE 'high' END AS grade FROM range({ROWS})").cache()
+
+
+def test_a_string_label_is_indexed_and_its_classes_recorded(spark, graded, tmp_path):
+    plan = _est(tmp_path, labelCol="grade", excludeCols=["id"]).plan(graded)
+    assert plan.inputs.task == "multiclass" and plan.inputs.num_classes == 3
+    assert plan.inputs.classes == tuple(CLASSES) and plan.inputs.prediction_type == "string"
+    assert plan.inputs.columns == ["x"]
+    written = spark.read.parquet(plan.train_path)
+    assert dict(written.dtypes)["grade"] == "int"  # the class index, as preprocess writes it
+    index = {c: i for i, c in enumerate(CLASSES)}
+    got = {r["id"]: r["grade"] for r in written.select("id", "grade").collect()}
+    expected = {r["id"]: index[r["grade"]] for r in graded.select("id", "grade").collect()}
+    assert got and all(v == expected[k] for k, v in got.items())
+
+
+@pytest.mark.torch
+def test_fit_on_a_string_label_predicts_the_strings(spark, graded, tmp_path):
+    from pyspark.sql import functions as F
+
+    model = _est(tmp_path, labelCol="grade", epochs=4, excludeCols=["id"], validationFraction=0.0).fit(graded)
+    assert model.labels == CLASSES and model.inputs.task == "multiclass"
+    scored = model.transform(graded)
+    assert dict(scored.dtypes)["prediction"] == "string"
+    assert {r[0] for r in scored.select("prediction").distinct().collect()} <= set(CLASSES)
+    accuracy = scored.select(F.avg((F.col("prediction") == F.col("grade")).cast("double"))).first()[0]
+    assert accuracy > 0.85, accuracy  # three ordered bands of one feature (0.96-0.97 for seeds 0-2)
+    row = scored.where("id = 0").select("prediction", "probability").first()
+    assert len(row.probability) == 3 and CLASSES[max(range(3), key=lambda i: row.probability[i])] == row.prediction
+
+
+def test_a_boolean_label_is_binary_and_kept(spark, tmp_path):
+    df = spark.sql(f"SELECT CAST(id AS DOUBLE) / {ROWS} AS x, id % 2 = 0 AS flag FROM range({ROWS})")
+    plan = _est(tmp_path, labelCol="flag").plan(df)
+    assert plan.inputs.task == "binary" and plan.inputs.classes == ()
+    assert dict(spark.read.parquet(plan.train_path).dtypes)["flag"] == "boolean"
+
+
+# ---------------------------------------------------------------- the same refusal on both paths
+
+
+def _preprocess_error(spark, df, tmp_path, label):
+    from sparktrain.features.materialize import materialize
+
+    cfg = parse_config({"name": "labels", "data": {"source": "unused.parquet", "label": label, "key": "id"},
+                        "features": [{"name": "x", "type": "numeric"}],
+                        "output": {"path": str(tmp_path / "ds"), "row_group_rows": 4096}})
+    with pytest.raises((DataError, SchemaError)) as info:
+        materialize(spark, cfg, df, stage_input=False)
+    return info.value
+
+
+@pytest.mark.parametrize("sql, error, words", [
+    ("IF(id = 5, CAST('NaN' AS DOUBLE), x)", DataError, "(double, a regression label) has 1 NaN and 0 infinite "
+                                                        "values (value: NaN)"),
+    ("CAST(NULL AS DOUBLE)", DataError, f"is null in all {ROWS:,} rows"),
+    ("'same'", DataError, "has a single class, 'same'"),
+    ("map('k', id)", SchemaError, "has type map<string,bigint>, which a model cannot learn"),
+], ids=["nan", "all-null", "one-class", "map"])
+def test_a_bad_label_gets_the_same_error_on_both_paths(spark, tmp_path, sql, error, words):
+    df = spark.sql(f"SELECT id, CAST(id AS DOUBLE) / {ROWS} AS x, {sql} AS y FROM range({ROWS})")
+    from_preprocess = _preprocess_error(spark, df, tmp_path, "y")
+    with pytest.raises(error) as info:
+        _est(tmp_path, labelCol="y").fit(df)
+    assert type(from_preprocess) is type(info.value) is error
+    assert str(info.value) == str(from_preprocess)
+    assert str(info.value).startswith("label column 'y' (data.label / labelCol)") and words in str(info.value)
+    assert not (tmp_path / "store").exists() and not (tmp_path / "ds").exists()  # refused before any write
+
+
+# ---------------------------------------------------------------- one split expression
+
+
+def _validation_ids(spark, plan):
+    return {r[0] for r in spark.read.parquet(plan.val_path).select("id").collect()}
+
+
+def test_the_split_of_a_dataframe_is_seeded_and_deterministic(spark, tmp_path):
+    from pyspark.sql import functions as F
+    from sparktrain.config import SplitConfig
+    from sparktrain.features.materialize import split_expression
+    from sparktrain.features.split import split_case
+
+    df = spark.sql(f"SELECT id, CAST(id AS DOUBLE) / {ROWS} AS x, id % 2 AS y FROM range({ROWS})")
+    est = _est(tmp_path, labelCol="y", validationFraction=0.3, excludeCols=["id"])
+    first = _validation_ids(spark, est.copy({est.seed: 1}).plan(df))
+    again = _validation_ids(spark, est.copy({est.seed: 1}).plan(df.repartition(3)))
+    other = _validation_ids(spark, est.copy({est.seed: 2}).plan(df))
+    assert first == again  # the same rows and seed: the same split, whatever the partitioning
+    assert first != other and abs(len(other) / ROWS - 0.3) < 0.1
+    assert abs(len(first) / ROWS - 0.3) < 0.1
+    # it is the expression preprocess uses (keyless: a hash of every column)
+    expr = split_case(1, df.columns, [("train", 0.7), ("validation", 0.3)])
+    assert {r[0] for r in df.where(F.expr(expr) == "validation").select("id").collect()} == first
+    keyless = split_expression(None, SplitConfig(train=0.7, validation=0.2, test=0.1, seed=1), df.columns)
+    assert keyless == split_case(1, df.columns, [("train", 0.7), ("validation", 0.2), ("test", 0.1)])
