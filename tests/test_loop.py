@@ -261,3 +261,44 @@ def test_keras_accumulate_4_of_64_equals_batch_256_on_2_workers(spark, split, tm
     np.testing.assert_allclose(weights(acc), weights(big), rtol=0, atol=1e-5)
     assert acc.launch.param_digests[0] == acc.launch.param_digests[1]  # ranks agree
 
+
+
+@pytest.mark.tensorflow
+def test_keras_bf16_with_accumulation_learns(spark, split, tmp_path):
+    """Keras' mixed_bfloat16 policy on CPU, 2 micro-batches per step: the loss falls."""
+    from sparktrain.train.estimator import KerasEstimator
+
+    est = KerasEstimator(numWorkers=1, epochs=3, learningRate=0.01, labelCol="label", task="regression",
+                         store=str(tmp_path), batchSize=64, accumulateSteps=2, precision="bf16", hiddenUnits=[16])
+    est.show_progress = False
+    model = est.fit(split)
+    losses = [h["train_loss"] for h in model.history]
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert np.isfinite(losses).all()
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_bf16_on_cpu_trains_flights_to_within_001_auc_of_fp32(spark, flights_sample, tmp_path):
+    """bf16 autocast on CPU, on a 5% flights sample preprocessed by the demo's config."""
+    import os
+    from pathlib import Path
+
+    from sparktrain.config import load_config
+    from sparktrain.job import run_preprocess
+    from sparktrain.train.evaluate import evaluate_model
+    from sparktrain.train.estimator import TorchEstimator
+
+    repo = Path(__file__).resolve().parents[1]
+    source = os.path.dirname(flights_sample.inputFiles()[0].replace("file://", ""))
+    cfg = load_config(repo / "conf" / "flights.yaml", overrides=[
+        f"data.source={source}", "data.scale=1", f"output.path={tmp_path / 'ds'}", "tracking.enabled=false"])
+    run_preprocess(spark, cfg)
+    test = spark.read.parquet(str(tmp_path / "ds" / "test"))
+    auc = {}
+    for precision in ("fp32", "bf16"):
+        est = TorchEstimator(numWorkers=2, epochs=3, batchSize=512, learningRate=0.002, precision=precision,
+                             labelCol="late", store=str(tmp_path / "store"), shuffleBuffer=65536)
+        est.show_progress = False
+        auc[precision] = evaluate_model(est.fit(str(tmp_path / "ds")), test).metrics["test_auc"]
+    assert auc["fp32"] > 0.85, auc
+    assert abs(auc["bf16"] - auc["fp32"]) < 0.01, auc

@@ -151,3 +151,14 @@ def test_saving_an_estimator_with_factories_warns_naming_them(spark, tmp_path):
         warnings.simplefilter("always")
         TorchEstimator(epochs=2).write().overwrite().save(str(tmp_path / "plain"))
     assert not [w for w in caught if "not persisted" in str(w.message)]
+
+
+def test_the_docs_show_the_declared_settings():
+    """docs/training.md's settings table is the one the declaration renders (regenerate it if this fails)."""
+    from pathlib import Path
+
+    from sparktrain.settings import reference_table
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    start, end = text.index("<!-- settings:table -->\n"), text.index("<!-- /settings:table -->")
+    assert text[start + len("<!-- settings:table -->\n"):end].strip() == reference_table()

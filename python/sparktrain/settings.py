@@ -226,6 +226,16 @@ def check_together(values: Mapping[str, Any], framework: str, name: Callable[[st
                           "bf16 (which also runs on CPU) or fp32")
 
 
+def reference_table() -> str:
+    """The settings as a Markdown table (docs/training.md holds it between ``settings:table`` markers)."""
+    rows = ["| YAML `train:` key | Param | default | group | what it does |", "|---|---|---|---|---|"]
+    for s in _TABLE:
+        default = "null" if s.default is None else (list(s.default) if isinstance(s.default, tuple) else s.default)
+        rows.append(f"| `{s.key}` | {f'`{s.param}`' if s.param else '(YAML only)'} | `{default}` | {s.group} | "
+                    f"{s.doc.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
 def resolve_backend(framework: str, backend: str) -> str:
     """The backend ``auto`` stands for: gloo for Keras, ddp for torch."""
     if backend != "auto":
@@ -234,4 +244,4 @@ def resolve_backend(framework: str, backend: str) -> str:
 
 
 __all__ = ["Setting", "SETTINGS", "KEY_OF", "PARAM_OF", "EXECUTOR_GROUPS", "GROUPS", "in_group", "defaults",
-           "check_value", "check_together", "resolve_backend"]
+           "check_value", "check_together", "resolve_backend", "reference_table"]

@@ -261,7 +261,9 @@ class _Train(Protocol):
     def store(self) -> str: ...
 
 
-class _Tracking(Protocol):
+class TrackingPaths(Protocol):
+    """What the output checks read of a ``tracking:`` section (:class:`sparktrain.config.TrackingConfig`)."""
+
     @property
     def enabled(self) -> bool: ...
 
@@ -285,7 +287,7 @@ class JobPaths(Protocol):
     def train(self) -> Optional[_Train]: ...
 
     @property
-    def tracking(self) -> _Tracking: ...
+    def tracking(self) -> TrackingPaths: ...
 
 
 def _source_path(cfg: JobPaths, embedded: Collection[str]) -> Optional[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Literal, Optional, Protocol, Tuple
 
 from sparktrain._internal.typed_build import non_default_repr, require
+from sparktrain.data.guard import TrackingPaths
 from sparktrain.errors import ConfigError
 from sparktrain.features.spec import FeatureSpec
 
@@ -160,17 +161,7 @@ class TrainSettings(Protocol):
     def store(self) -> str: ...
 
 
-class TrackingSettings(Protocol):
-    """What the output checks read of a ``tracking:`` section (:class:`sparktrain.config.TrackingConfig`)."""
-
-    @property
-    def enabled(self) -> bool: ...
-
-    @property
-    def uri(self) -> str: ...
-
-    @property
-    def artifact_location(self) -> str: ...
+TrackingSettings = TrackingPaths  # what the output checks read of a ``tracking:`` section
 
 
 class PreprocessConfig(Protocol):

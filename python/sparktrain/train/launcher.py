@@ -20,6 +20,7 @@ from sparktrain.errors import TrainingError, TrainingStalledError
 from sparktrain.train._executor.spec import WorkerSpec
 from sparktrain.train._executor.task import ERROR_MARKER, RESULT_SCHEMA, make_task
 from sparktrain.train.progress import ProgressServer, TrainingCallback
+from sparktrain.train.resources import training_profile
 from sparktrain.train.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class LaunchResult:
     hosts: Dict[int, str] = field(default_factory=dict)
     plan_s: float = 0.0  # driver time before the launch (plan + preflight), set by fit()
     world_sizes: List[int] = field(default_factory=list)  # one per launch (elastic relaunches add one)
+    devices: Dict[int, Dict[str, Any]] = field(default_factory=dict)  # rank -> GPU addresses and device used
 
     @property
     def fit_to_first_step_s(self) -> Optional[float]:
@@ -201,8 +203,9 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
         n = spec.num_workers
         # The shuffle after the barrier stage makes it a ShuffleMapStage: Spark retries a failed barrier
         # map stage as a whole (up to spark.task.maxFailures), but never a barrier ResultStage.
-        df = (spark.range(0, n, 1, numPartitions=n)
-              .mapInArrow(make_task(spec), RESULT_SCHEMA, barrier=True).repartition(1))
+        profile = training_profile(spark, spec.scaling.gpus_per_worker)
+        df = spark_compat.map_in_arrow_barrier(spark.range(0, n, 1, numPartitions=n), make_task(spec),
+                                               RESULT_SCHEMA, profile).repartition(1)
         if own_group:
             slots = _SlotMonitor(spark, group, n, spec.run_id, elastic)
         try:
@@ -239,7 +242,9 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
         history=json.loads(rank0["history"]), model_bytes=model_bytes,
         param_digests={k: v["param_digest"] for k, v in by_rank.items()},
         attempts=max(r["attempt"] for r in rows) + 1, seconds=time.perf_counter() - t0,
-        first_step_s=(first.t - t0) if first.t else None, hosts={k: v["host"] for k, v in by_rank.items()})
+        first_step_s=(first.t - t0) if first.t else None, hosts={k: v["host"] for k, v in by_rank.items()},
+        devices={rank: {k: event.get(k) for k in ("addresses", "device", "note", "host")}
+                 for rank, event in (server.devices.items() if server is not None else ())})
 
 
 def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:

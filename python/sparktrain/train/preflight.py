@@ -10,6 +10,7 @@ from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import MissingDependencyError, PreflightError
 from sparktrain.train._executor.spec import WorkerSpec
+from sparktrain.train.resources import check_gpu_slots
 
 log = logging.getLogger(__name__)
 
@@ -88,5 +89,6 @@ def run_all(spark, spec: WorkerSpec) -> None:
     check_framework(spec.framework, spec.backend)
     check_dynamic_allocation(spark)
     check_slots(spark, spec.num_workers)
+    check_gpu_slots(spark, spec.num_workers, spec.scaling.gpus_per_worker)
     check_dataset(spec.train_path, spec.val_path)
     check_picklable(spec)
