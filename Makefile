@@ -14,11 +14,14 @@ export SPARK_LOCAL_IP        := 127.0.0.1
 export PYTHONPATH            := $(abspath python)
 PYTEST_ARGS ?=
 
-.PHONY: help setup java-check demo test test-slow test-all lint typecheck bench bench-report mlflow-server clean jar horovod test-horovod
+.PHONY: help setup java-check demo test test-slow test-all lint typecheck bench bench-report mlflow-server clean jar horovod test-horovod \
+        dist listener-jar test-compat
 
 help:
 	@echo "make demo    run conf/flights.yaml end to end (features, training, MLflow)"
 	@echo "make test    run the default test suite (not 'slow')"
+	@echo "make dist    build the wheel (with its listener jars) and the sdist into dist/"
+	@echo "make test-compat   the wheel on pyspark 3.5, 4.0, 4.1 and 4.3 (venvs cached under work/compat)"
 	@echo "make test-slow | bench | mlflow-server | jar | horovod | lint | typecheck | clean"
 
 java-check:
@@ -45,25 +48,82 @@ SPARK_JARS  = $(shell $(PY) -c 'import os, pyspark; print(os.path.join(os.path.d
 
 jar: java-check $(JAR)
 
+# $(call listener_jar,SPARK_JARS_DIR,OUT): compile src/main/scala against the Spark in SPARK_JARS_DIR with the Scala
+# compiler in those jars. The manifest records the Scala binary and Spark versions: sparktrain.jvm never loads a
+# jar built for another Scala than the running Spark's (2.12 for Spark 3.5 on PyPI, 2.13 for Spark 4).
+define listener_jar
+	@set -e; jars="$(abspath $(1))"; out="$(abspath $(2))"; \
+	scala=$$(ls "$$jars" | sed -n 's/^scala-library-\([0-9]*\.[0-9]*\)\..*\.jar$$/\1/p' | head -1); \
+	spark=$$(ls "$$jars" | sed -n 's/^spark-core_[0-9.]*-\(.*\)\.jar$$/\1/p' | head -1); \
+	test -n "$$scala" -a -n "$$spark" || { echo "ERROR: no scala-library/spark-core jar in $$jars" >&2; exit 1; }; \
+	tmp=$$(mktemp -d); mkdir -p "$$tmp/META-INF" "$$(dirname "$$out")"; \
+	java -cp "$$jars/*" scala.tools.nsc.Main -nowarn -d "$$tmp" -classpath "$$jars/*" $(abspath $(SCALA_SRC)); \
+	printf 'Manifest-Version: 1.0\nImplementation-Title: sparktrain-listener\nImplementation-Version: %s\nScala-Binary-Version: %s\nSpark-Version: %s\n' \
+	  "$(VERSION)" "$$scala" "$$spark" > "$$tmp/META-INF/MANIFEST.MF"; \
+	(cd "$$tmp" && $(abspath $(PY)) -m zipfile -c "$$out.tmp" META-INF io); \
+	mv "$$out.tmp" "$$out"; rm -rf "$$tmp"; echo "built $(2) (Scala $$scala, against Spark $$spark)"
+endef
+VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' python/pyproject.toml)
+
 $(JAR): $(STAMP) $(SCALA_SRC)
-	rm -rf build/classes && mkdir -p build/classes build/libs
-	java -cp "$(SPARK_JARS)/*" scala.tools.nsc.Main -nowarn -d build/classes \
-	     -classpath "$(SPARK_JARS)/*" $(SCALA_SRC)
-	cd build/classes && $(abspath $(PY)) -m zipfile -c $(abspath $(JAR)).tmp io
-	mv $(JAR).tmp $(JAR)
+	$(call listener_jar,$(SPARK_JARS),$(JAR))
+
+# One jar, for the compatibility matrix (tests/compat): make listener-jar LISTENER_SPARK_JARS=DIR LISTENER_OUT=JAR
+listener-jar:
+	$(call listener_jar,$(LISTENER_SPARK_JARS),$(LISTENER_OUT))
+
+# The wheel carries one listener jar per Scala binary version: 2.13 (Spark 4.x) from the lock's pyspark, and
+# 2.12 (Spark 3.5) compiled against pyspark $(SPARK_212)'s jars, fetched once into build/spark/ (pip, no deps).
+SPARK_212  := 3.5.9
+JAR_212    := build/jars/sparktrain-listener_2.12.jar
+JAR_213    := build/jars/sparktrain-listener_2.13.jar
+SPARK_212_JARS := build/spark/$(SPARK_212)/pyspark/jars
+
+$(SPARK_212_JARS):
+	rm -rf build/spark/$(SPARK_212)
+	$(PY) -m pip install -q --no-deps --target build/spark/$(SPARK_212) pyspark==$(SPARK_212)
+
+$(JAR_212): $(SCALA_SRC) | $(SPARK_212_JARS)
+	$(call listener_jar,$(SPARK_212_JARS),$(JAR_212))
+
+$(JAR_213): $(JAR)
+	@mkdir -p build/jars && cp $(JAR) $(JAR_213)
+
+# dist/: the wheel and the sdist, built (setuptools, no network) from a copy of python/ with the jars in
+# sparktrain/jars/; the source tree stays as it is. Install: pip install 'dist/sparktrain-$(VERSION)-py3-none-any.whl[torch]'
+dist: java-check $(STAMP) $(JAR_212) $(JAR_213)
+	rm -rf build/dist-src dist && mkdir -p build/dist-src dist
+	cp python/pyproject.toml build/dist-src/
+	cp -r python/sparktrain build/dist-src/sparktrain
+	find build/dist-src -name __pycache__ -prune -exec rm -rf {} + ; rm -rf build/dist-src/sparktrain/jars
+	mkdir -p build/dist-src/sparktrain/jars && cp $(JAR_212) $(JAR_213) build/dist-src/sparktrain/jars/
+	cd build/dist-src && $(abspath $(PY)) -c 'from setuptools import build_meta as b; \
+	  b.build_sdist("../../dist"); b.build_wheel("../../dist")' > ../dist.log 2>&1 || { cat ../dist.log; exit 1; }
+	@ls -l dist/*; $(PY) -m zipfile -l dist/sparktrain-$(VERSION)-py3-none-any.whl | grep 'sparktrain/jars/'
 
 demo: setup
 	$(VENV)/bin/sparktrain run conf/flights.yaml
 
+# The 10 slowest tests are listed at the end of every run (--durations=10).
 test: setup
-	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "not slow" --durations=10 $(PYTEST_ARGS)
 
-# pytest exits 5 when no test is marked slow: that is not a failure.
+# pytest exits 5 when no test is marked slow: that is not a failure. The compatibility matrix (marker compat,
+# also slow) has its own target: make test-compat.
 test-slow: setup
-	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "slow and not compat" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-all: setup
-	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests $(PYTEST_ARGS)
+	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "not compat" $(PYTEST_ARGS)
+
+# The wheel from `make dist` in a venv per Spark line (work/compat/<pyspark>/, kept: a second run reuses them),
+# each with that pyspark from PyPI and its own jar built with that pyspark's scalac, running the core scenario
+# (tests/compat/scenario.py). COMPAT_VERSIONS="4.3.0" runs one line. About 4-6 min a line on 2 cores, plus the
+# first download of each pyspark (~320 MB).
+COMPAT_VERSIONS ?= 3.5.9 4.0.5 4.1.4 4.3.0
+test-compat: dist
+	COMPAT_VERSIONS="$(COMPAT_VERSIONS)" $(PY) -m pytest -c python/pyproject.toml --rootdir=. tests/compat \
+	  -m compat -v $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check --config python/pyproject.toml python tests bench
@@ -112,4 +172,4 @@ test-horovod: setup
 	$(PY) -m pytest -c python/pyproject.toml --rootdir=. tests -m "horovod" $(PYTEST_ARGS)
 
 clean:
-	rm -rf work build .pytest_cache
+	rm -rf work build dist .pytest_cache

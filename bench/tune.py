@@ -26,6 +26,25 @@ rows (cached under ``work/bench/tune/``) for one epoch per trial, in
 reference, in ``single`` mode, after one untimed warm-up search each; overhead
 there is ``wall * at_once / trials`` minus the epochs' own time
 (``epoch_time_s``, reported by the workers).
+
+Part 3 (``--time-to-target``; ``--only-time-to-target`` runs it alone) measures
+what a user wants, the time to a good model, on flights (``conf/flights.yaml``
+preprocessed once into ``work/bench/tune/flights/``), single-task trials,
+``--parallelism`` at a time, the same space (:data:`TTT_SPACE`) and
+``--ttt-epochs`` epochs per trial for both engines, tracking off.  In each of
+``--ttt-repeats`` repeats (seed = repeat):
+
+* **Hyperopt TPE**, ``--ttt-trials`` trials, no pruning: its best ``val_loss``
+  is the repeat's **target**; its time to target is when that best trial's
+  result reached the driver;
+* **Optuna TPE + ASHA** (``reduction_factor`` 3, first rung after 1 epoch), the
+  same trial budget: its time to target is when its first *finished* (not
+  pruned) trial with ``val_loss <= target`` reached the driver; a repeat where
+  none does is reported as not reached (its ratio counts as 0).
+
+The two engines alternate which runs first.  Goal: median of the per-repeat
+ratios (Hyperopt's time to target / Optuna's) >= 2.  Results go to
+``work/bench/tune_ttt.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +55,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
@@ -48,6 +67,9 @@ from benchlib import Results, met_at_least, met_at_most, ratios  # noqa: E402
 log = logging.getLogger("bench.tune")
 
 SPACE = {"learning_rate": {"loguniform": [1.0e-4, 1.0e-1]}, "batch_size": {"choice": [256, 512, 1024]}}
+#: part 3's space on flights: a wide learning-rate range, so a good share of trials is clearly bad early
+TTT_SPACE = {"learning_rate": {"loguniform": [1.0e-5, 1.0e-1]}, "hidden_units": {"choice": [[32], [64, 64], [128, 64]]},
+             "batch_size": {"choice": [512, 1024, 2048]}, "dropout": {"uniform": [0.0, 0.3]}}
 
 
 def make_objective(sleep_s: float) -> Callable[[Dict[str, Any]], float]:
@@ -192,6 +214,117 @@ def part_two(spark, args) -> List[Dict[str, Any]]:
     return rows
 
 
+def flights_dataset(spark) -> str:
+    """conf/flights.yaml preprocessed once into work/bench/tune/flights (reused while its features.json is there)."""
+    from sparktrain.config import load_config
+    from sparktrain.job import run_preprocess
+
+    out = WORK / "flights"
+    if not (out / "features.json").is_file():
+        cfg = load_config(REPO / "conf" / "flights.yaml", overrides=["tracking.enabled=false", f"output.path={out}"])
+        t0 = time.perf_counter()
+        run_preprocess(spark, cfg)
+        log.info("flights preprocessed into %s in %.0f s", out, time.perf_counter() - t0)
+    return str(out)
+
+
+def ttt_config(engine: str, args, seed: int, study_dir: Path):
+    from sparktrain.config import load_config
+
+    tune: Dict[str, Any] = {"mode": "single", "max_trials": args.ttt_trials, "parallelism": args.parallelism,
+                            "metric": "val_loss", "space": TTT_SPACE, "engine": engine, "sampler": "tpe"}
+    if engine == "optuna":
+        name = f"ttt-{seed}-{time.time_ns()}"  # a new study each time: nothing continues
+        tune.update(pruner="asha", reduction_factor=3, pruner_min_epochs=1, study=name,
+                    storage=str(study_dir / f"{name}.journal"))
+    cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
+        "tracking.enabled=false", f"output.path={WORK / 'flights'}", f"train.store={WORK / 'store-ttt'}",
+        f"train.epochs={args.ttt_epochs}", f"train.seed={seed}", "train.num_workers=1"])
+    from dataclasses import replace
+
+    from sparktrain.config import TuneConfig
+
+    return replace(cfg, tune=TuneConfig(**tune))
+
+
+def time_to(result, target: float) -> Optional[float]:
+    """When the first finished trial with val_loss <= target reached the driver (None: never)."""
+    hits = [t.end_s for t in result.trials if t.status == "FINISHED" and t.metric is not None
+            and t.metric <= target * (1 + 1e-9)]
+    return min(hits) if hits else None
+
+
+def part_three(spark, args) -> List[Dict[str, Any]]:
+    from sparktrain.tune.search import format_trials, run_search
+
+    dataset = flights_dataset(spark)
+    study_dir = WORK / "studies"
+    study_dir.mkdir(parents=True, exist_ok=True)
+    warm = ttt_config("hyperopt", args, 99, study_dir)
+    from dataclasses import replace
+
+    run_search(spark, replace(warm, tune=replace(warm.tune, max_trials=args.parallelism),
+                              train=replace(warm.train, epochs=1)), dataset)  # untimed: workers import torch
+    rows = []
+    for r in range(args.ttt_repeats):
+        results = {}
+        for engine in (("hyperopt", "optuna") if r % 2 == 0 else ("optuna", "hyperopt")):
+            t0 = time.perf_counter()
+            res = run_search(spark, ttt_config(engine, args, r, study_dir), dataset)
+            results[engine] = (res, time.perf_counter() - t0)
+            log.info("repeat %d, %s:\n%s", r + 1, engine, format_trials(res))
+        hyper, hyper_wall = results["hyperopt"]
+        opt, opt_wall = results["optuna"]
+        target = hyper.best_metric
+        hyper_ttt = time_to(hyper, target)
+        opt_ttt = time_to(opt, target)
+        row = {"repeat": r + 1, "target": target, "hyperopt_ttt": hyper_ttt, "hyperopt_wall": hyper_wall,
+               "optuna_ttt": opt_ttt, "optuna_wall": opt_wall, "optuna_best": opt.best_metric,
+               "pruned": sum(t.status == "PRUNED" for t in opt.trials),
+               "hyperopt_epochs": sum(t.epochs for t in hyper.trials),
+               "optuna_epochs": sum(t.epochs for t in opt.trials),
+               "ratio": (hyper_ttt / opt_ttt) if (hyper_ttt is not None and opt_ttt) else 0.0}
+        log.info("repeat %d: target %.5f; time to target: hyperopt %.1f s, optuna %s; ratio %.2f", r + 1, target,
+                 hyper_ttt, "not reached" if opt_ttt is None else f"{opt_ttt:.1f} s", row["ratio"])
+        rows.append(row)
+    return rows
+
+
+def print_part_three(rows: List[Dict[str, Any]], args) -> None:
+    print(f"\ntime to a good model on flights: {args.ttt_trials} trials of up to {args.ttt_epochs} epochs, single "
+          f"mode, {args.parallelism} at a time; target = best val_loss of the Hyperopt TPE search (no pruning)")
+    print(f"| {'repeat':>6} | {'target':>8} | {'hyperopt to target s':>20} | {'hyperopt wall s':>15} | "
+          f"{'optuna+ASHA to target s':>23} | {'optuna wall s':>13} | {'optuna best':>11} | {'pruned':>6} | "
+          f"{'epochs hyperopt/optuna':>22} | {'ratio':>5} |")
+    print("|" + "|".join("-" * (w + 2) for w in (6, 8, 20, 15, 23, 13, 11, 6, 22, 5)) + "|")
+    for x in rows:
+        opt = "not reached" if x["optuna_ttt"] is None else f"{x['optuna_ttt']:.1f}"
+        print(f"| {x['repeat']:>6} | {x['target']:>8.5f} | {x['hyperopt_ttt']:>20.1f} | {x['hyperopt_wall']:>15.1f} | "
+              f"{opt:>23} | {x['optuna_wall']:>13.1f} | {x['optuna_best']:>11.5f} | {x['pruned']:>6} | "
+              f"{str(x['hyperopt_epochs']) + ' / ' + str(x['optuna_epochs']):>22} | {x['ratio']:>5.2f} |")
+    ratios_ = [x["ratio"] for x in rows]
+    print(f"median ratio (Hyperopt's time to target / Optuna+ASHA's): {statistics.median(ratios_):.2f} (goal >= 2)")
+
+
+def record_part_three(rows: List[Dict[str, Any]], args) -> None:
+    res = Results("tune_ttt", {"trials": args.ttt_trials, "epochs": args.ttt_epochs, "parallelism": args.parallelism,
+                               "repeats": args.ttt_repeats, "space": TTT_SPACE},
+                  title=f"time to a good model on flights, {args.ttt_trials} trials of {args.ttt_epochs} epochs")
+    res.add("Hyperopt TPE: time to its best val_loss (the target)", [x["hyperopt_ttt"] for x in rows], "s", digits=1)
+    res.add("Hyperopt TPE: search wall", [x["hyperopt_wall"] for x in rows], "s", digits=1)
+    reached = [x["optuna_ttt"] for x in rows if x["optuna_ttt"] is not None]
+    res.add("Optuna TPE + ASHA: time to the target (repeats that reached it)", reached, "s", digits=1,
+            note=f"reached in {len(reached)} of {len(rows)} repeats")
+    res.add("Optuna TPE + ASHA: search wall", [x["optuna_wall"] for x in rows], "s", digits=1)
+    res.add("Optuna TPE + ASHA: trials pruned", [x["pruned"] for x in rows], "trials", digits=0)
+    res.add("epochs trained: Hyperopt", [x["hyperopt_epochs"] for x in rows], "epochs", digits=0)
+    res.add("epochs trained: Optuna + ASHA", [x["optuna_epochs"] for x in rows], "epochs", digits=0)
+    ratio = [x["ratio"] for x in rows]
+    res.goal("time to target, Hyperopt TPE / Optuna TPE + ASHA", ratio, ">= 2", met_at_least(ratio, 2.0), digits=2,
+             basis="median of per-repeat ratios; a repeat where Optuna never reached the target counts as 0")
+    res.write()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=20)
@@ -201,6 +334,11 @@ def main() -> None:
     ap.add_argument("--b-trials", type=int, default=4, help="trials per run in part 2")
     ap.add_argument("--b-repeats", type=int, default=3, help="timed runs per mode in part 2")
     ap.add_argument("--no-mode-b", action="store_true", help="skip part 2 (training trials)")
+    ap.add_argument("--time-to-target", action="store_true", help="also run part 3 (time to a good model, flights)")
+    ap.add_argument("--only-time-to-target", action="store_true", help="run part 3 alone")
+    ap.add_argument("--ttt-trials", type=int, default=16, help="trials per search in part 3")
+    ap.add_argument("--ttt-epochs", type=int, default=4, help="epochs per (unpruned) trial in part 3")
+    ap.add_argument("--ttt-repeats", type=int, default=3)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("py4j", "hyperopt", "sparktrain"):
@@ -208,6 +346,12 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     spark = session(args.parallelism)
     warm_up(spark, args.parallelism)
+    if args.only_time_to_target:
+        rows_c = part_three(spark, args)
+        print_part_three(rows_c, args)
+        record_part_three(rows_c, args)
+        spark.stop()
+        return
 
     rows = part_one(spark, args)
     ideal = args.trials * args.sleep / args.parallelism
@@ -257,6 +401,10 @@ def main() -> None:
             res.add(f"training trials, {r['name']}: wall", r["walls"], "s", digits=1)
     res.note("Overhead per trial = wall x parallelism / trials - the objective's own time.")
     res.write()
+    if args.time_to_target:
+        rows_c = part_three(spark, args)
+        print_part_three(rows_c, args)
+        record_part_three(rows_c, args)
     spark.stop()
 
 

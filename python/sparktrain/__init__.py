@@ -40,3 +40,11 @@ holds the code to this table)::
 """
 
 __version__ = "0.1.0"
+
+# Refused at import, before any job: a Python outside 3.10-3.12, or an installed pyspark outside >= 3.5, < 5
+# (read from its metadata; pyspark is not imported here).  Java is checked when a session starts its JVM.
+from sparktrain._internal.spark_compat import check_pyspark as _check_pyspark  # noqa: E402
+from sparktrain._internal.spark_compat import check_python as _check_python  # noqa: E402
+
+_check_python()
+_check_pyspark()

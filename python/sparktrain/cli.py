@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train on an already materialized dataset (output.path)",
                        description="Train the train: section's model in a Spark barrier stage.")
     _add_job_args(p)
-    p = sub.add_parser("tune", help="search hyperparameters with Hyperopt (needs a tune: section)",
+    p = sub.add_parser("tune", help="search hyperparameters with Hyperopt or Optuna (needs a tune: section)",
                        description="Run the tune: section's search: single-task trials "
-                                   "(mode: single) or distributed trials (mode: distributed).")
+                                   "(mode: single) or distributed trials (mode: distributed); with "
+                                   "engine: optuna, pruned by pruner: and continued when rerun.")
     _add_job_args(p)
 
     p = sub.add_parser("score", help="score raw Parquet/CSV with a registered model, write Parquet",

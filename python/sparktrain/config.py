@@ -107,9 +107,22 @@ class TrackingConfig:
     __repr__ = non_default_repr
 
 
+#: search engines, samplers and pruners of ``tune:`` (docs/tuning.md says when to pick which)
+TUNE_ENGINES: Tuple[str, ...] = ("hyperopt", "optuna")
+TUNE_SAMPLERS: Tuple[str, ...] = ("tpe", "random", "cmaes")
+TUNE_PRUNERS: Tuple[str, ...] = ("none", "median", "asha", "hyperband")
+
+
 @dataclass(frozen=True)
 class TuneConfig:
-    """Hyperopt search. ``space`` maps a ``train.*`` key to a distribution."""
+    """Hyperparameter search (Hyperopt or Optuna). ``space`` maps a ``train.*`` key to a distribution.
+
+    ``sampler`` is the suggestion algorithm (``algo`` is its older name and
+    the default when ``sampler`` is not given); ``pruner`` stops trials whose
+    per-epoch ``metric`` falls behind (Optuna only).  ``study`` and ``storage``
+    name the Optuna study and where it persists (default: a journal file
+    under ``train.store``), so a restarted search continues it.
+    """
 
     mode: Literal["single", "distributed"] = "single"
     max_trials: int = 8
@@ -119,8 +132,42 @@ class TuneConfig:
     algo: Literal["tpe", "random"] = "tpe"
     metric: str = "val_loss"
     space: Dict[str, Any] = field(default_factory=dict)
+    engine: Literal["hyperopt", "optuna"] = "hyperopt"
+    sampler: Optional[Literal["tpe", "random", "cmaes"]] = None
+    pruner: Literal["none", "median", "asha", "hyperband"] = "none"
+    pruner_min_epochs: int = 1
+    reduction_factor: int = 3
+    pruner_startup_trials: int = 2
+    study: Optional[str] = None
+    storage: Optional[str] = None
+
+    @property
+    def effective_sampler(self) -> str:
+        """The sampler in use: ``sampler``, else ``algo``."""
+        return self.sampler if self.sampler is not None else self.algo
 
     def __post_init__(self) -> None:
+        require(self.engine in TUNE_ENGINES, "tune.engine", self.engine,
+                f"must be one of {', '.join(TUNE_ENGINES)}")
+        require(self.sampler is None or self.sampler in TUNE_SAMPLERS, "tune.sampler", self.sampler,
+                f"must be one of {', '.join(TUNE_SAMPLERS)}")
+        require(self.pruner in TUNE_PRUNERS, "tune.pruner", self.pruner, f"must be one of {', '.join(TUNE_PRUNERS)}")
+        require(self.algo in ("tpe", "random"), "tune.algo", self.algo, "must be one of tpe, random (or set "
+                "tune.sampler, which also takes cmaes with tune.engine: optuna)")
+        require(self.sampler is None or self.algo == "tpe" or self.sampler == self.algo, "tune.sampler",
+                self.sampler, f"tune.algo = {self.algo!r} says otherwise; set only tune.sampler (algo is its "
+                "older name)")
+        if self.engine == "hyperopt":
+            require(self.effective_sampler != "cmaes", "tune.sampler", self.sampler,
+                    "Hyperopt has no CMA-ES; use tpe or random, or set tune.engine: optuna")
+            require(self.pruner == "none", "tune.pruner", self.pruner,
+                    "Hyperopt cannot stop a trial early; set tune.engine: optuna to prune, or tune.pruner: none")
+        require(self.pruner_min_epochs >= 1, "tune.pruner_min_epochs", self.pruner_min_epochs, "must be >= 1")
+        require(self.reduction_factor >= 2, "tune.reduction_factor", self.reduction_factor, "must be >= 2")
+        require(self.pruner_startup_trials >= 0, "tune.pruner_startup_trials", self.pruner_startup_trials,
+                "must be >= 0")
+        if self.study is not None:
+            require(bool(self.study.strip()), "tune.study", self.study, "give the study a name, or leave it out")
         require(self.max_trials >= 1, "tune.max_trials", self.max_trials, "must be >= 1")
         require(self.parallelism >= 1, "tune.parallelism", self.parallelism, "must be >= 1")
         if self.early_stop_trials is not None:
@@ -281,4 +328,5 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 
 __all__ = ["JobConfig", "SparkConfig", "DataConfig", "SplitConfig", "OutputConfig", "TrainConfig",
-           "TrackingConfig", "TuneConfig", "load_config", "parse_config", "apply_overrides", "flatten", "List"]
+           "TrackingConfig", "TuneConfig", "TUNE_ENGINES", "TUNE_SAMPLERS", "TUNE_PRUNERS", "load_config",
+           "parse_config", "apply_overrides", "flatten", "List"]

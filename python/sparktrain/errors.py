@@ -133,6 +133,28 @@ class MissingDependencyError(SparktrainError, ImportError):
         super().__init__(f"{package} is required{extra}. Install it with: {install}")
 
 
+class UnsupportedVersionError(SparktrainError, RuntimeError):
+    """pyspark, Python or Java is outside the versions sparktrain supports (refused before any job).
+
+    Parameters
+    ----------
+    what : str
+        ``"pyspark"``, ``"Python"`` or ``"Java"``.
+    found : str
+        The version found (and where, when that helps).
+    supported : str
+        The supported range.
+    fix : str
+        What to install or set instead.
+    """
+
+    def __init__(self, what: str, found: str, supported: str, fix: str) -> None:
+        self.what = what
+        self.found = found
+        self.supported = supported
+        super().__init__(f"{what} {found} is not supported by sparktrain (supported: {supported}). Fix: {fix}")
+
+
 class DatasetExistsError(SparktrainError, FileExistsError):
     """A dataset directory already exists and overwriting was not allowed."""
 

@@ -6,7 +6,12 @@ successful action it records the file sources and tables the query read
 (format, root paths, file count, bytes and a digest of the listing Spark
 already made) and the files it wrote.  It reads the analyzed plan only, never
 the data, lists nothing, and never fails a query.  ``make jar`` builds it into
-``build/libs/sparktrain-listener.jar``.
+``build/libs/sparktrain-listener.jar``; the wheel ``make dist`` builds carries
+one jar per Scala binary version (``sparktrain/jars/sparktrain-listener_2.12.jar``
+for Spark 3.5, ``_2.13.jar`` for Spark 4), and :func:`listener_jar` picks the
+one for the running Spark's Scala (``$SPARKTRAIN_JAR`` overrides; a jar built
+for another Scala version is never loaded).  ``python -m sparktrain.jvm``
+prints its path, for ``spark-submit --jars``.
 
 :func:`sparktrain.session.get_or_create_session` puts that jar on a new
 session's ``spark.jars`` and registers the listener; :class:`LineageRecorder`
@@ -16,8 +21,8 @@ ones a job started from (not the files it wrote itself).
 ``features.json`` (``dataset.sources``) and every MLflow run that logs the
 dataset logs them as inputs with the context ``source``.
 
-On Spark Connect, or with the jar absent, there is no listener: lineage of the
-sources is skipped with a log line, nothing fails.
+On Spark Connect, or with no jar for this Spark, there is no listener: lineage
+of the sources is skipped with one log line saying why, nothing fails.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from sparktrain._internal.spark_compat import is_connect
 from sparktrain.errors import MissingDependencyError
@@ -36,33 +41,135 @@ log = logging.getLogger(__name__)
 JAR_ENV = "SPARKTRAIN_JAR"
 JAR_NAME = "sparktrain-listener.jar"
 LISTENER_CLASS = "io.sparktrain.lineage.LineageListener"
+#: The jars the wheel carries (``make dist``), one per Scala binary version: ``sparktrain-listener_2.13.jar``...
+PACKAGE_JARS = Path(__file__).resolve().parent / "jars"
 _DEFAULT_JAR = Path(__file__).resolve().parents[2] / "build" / "libs" / JAR_NAME
 _FLUSH_MS = 10_000
+#: Class-file references that only one Scala binary line's standard library has (jars with no manifest entry).
+_SCALA_MARKERS = {"2.13": (b"scala/collection/IterableOnce", b"scala/runtime/ModuleSerializationProxy"),
+                  "2.12": (b"scala/collection/TraversableOnce", b"scala/collection/GenTraversableOnce",
+                           b"scala/collection/TraversableLike")}
+_off_reason: Optional[str] = None  # why the last lookup found no jar: enable_lineage's one log line
+_logged: set = set()
 
 
-def listener_jar(required: bool = False) -> Optional[str]:
-    """Path of ``sparktrain-listener.jar``: ``$SPARKTRAIN_JAR``, else ``build/libs/`` of the checkout.
+def package_jar(scala: str) -> Path:
+    """Where the installed package keeps its listener jar for Scala ``scala`` (``"2.12"``, ``"2.13"``)."""
+    return PACKAGE_JARS / f"sparktrain-listener_{scala}.jar"
+
+
+def jar_scala_version(path: str) -> Optional[str]:
+    """The Scala binary version a listener jar was built for; ``None`` when nothing in it says.
+
+    Read from its manifest (``Scala-Binary-Version``, written by ``make jar`` and
+    ``make dist``), else its file name (``..._2.13.jar``), else the Scala
+    library classes its class files reference.
+    """
+    import re
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as jar:
+            names = jar.namelist()
+            if "META-INF/MANIFEST.MF" in names:
+                manifest = jar.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+                m = re.search(r"^Scala-Binary-Version:\s*(\S+)", manifest, re.M)
+                if m:
+                    return m.group(1)
+            m = re.search(r"_(2\.1[0-9]|3)\.jar$", os.path.basename(path))
+            if m:
+                return m.group(1)
+            for name in names:
+                if name.endswith(".class"):
+                    data = jar.read(name)
+                    for scala, markers in _SCALA_MARKERS.items():
+                        if any(mark in data for mark in markers):
+                            return scala
+    except (OSError, zipfile.BadZipFile) as exc:
+        log.debug("cannot read %s: %s", path, exc)
+    return None
+
+
+def find_listener_jar(scala: Optional[str] = None) -> Tuple[Optional[str], str]:
+    """The listener jar for Spark's Scala version ``scala`` (default: the JVM a new session starts), and why.
+
+    ``$SPARKTRAIN_JAR`` when set (the user's choice: nothing else is tried), else
+    the installed package's ``jars/sparktrain-listener_<scala>.jar``, else the
+    checkout's ``build/libs/sparktrain-listener.jar`` (``make jar``).  A jar built
+    for another Scala version is never returned: the reason then names the jar
+    found, its Scala version and the one needed.
+
+    Returns
+    -------
+    (path or None, reason)
+        ``reason`` says where the jar came from, or why there is none.
+    """
+    from sparktrain._internal.spark_compat import scala_binary_version
+
+    needed = scala or scala_binary_version()
+    wrong: List[str] = []
+
+    def fits(path: str, where: str) -> bool:
+        built = jar_scala_version(path)
+        if built is None or needed is None or built == needed:
+            return True
+        wrong.append(f"{path} ({where}) is built for Scala {built}, and this Spark runs Scala {needed}")
+        return False
+
+    explicit = os.environ.get(JAR_ENV)
+    if explicit:
+        if not os.path.isfile(explicit):
+            return None, f"no file at {explicit!r}, from {JAR_ENV}"
+        if fits(explicit, JAR_ENV):
+            return os.path.abspath(explicit), f"from {JAR_ENV}"
+        return None, (f"{wrong[0]}; a jar for another Scala version is never loaded. Fix: set {JAR_ENV} to a "
+                      f"jar built for Scala {needed}" + _available(needed) + f", or unset {JAR_ENV}")
+    packaged = sorted(PACKAGE_JARS.glob("sparktrain-listener_*.jar"), key=lambda p: needed is None or
+                      p != package_jar(needed))  # this Scala's first; the others only to name them
+    candidates = [(str(p), "the installed package") for p in packaged]
+    candidates.append((str(_DEFAULT_JAR), "the checkout's build/libs"))
+    for path, where in candidates:
+        if os.path.isfile(path) and fits(path, where):
+            return os.path.abspath(path), f"from {where}"
+    if wrong:
+        return None, ("; ".join(wrong) + "; a jar for another Scala version is never loaded. Fix: install a "
+                      f"sparktrain wheel that carries sparktrain-listener_{needed}.jar (`make dist` builds one), or "
+                      f"build it against this Spark (`make jar`) and set {JAR_ENV} to it")
+    return None, (f"no listener jar for Scala {needed or '(unknown)'}: not in the installed package "
+                  f"({package_jar(needed or 'X.Y')}) nor at {_DEFAULT_JAR}. Fix: `make jar` in a checkout, or "
+                  f"install the wheel `make dist` builds, or set {JAR_ENV} to a built jar")
+
+
+def _available(needed: Optional[str]) -> str:
+    if needed and package_jar(needed).is_file():
+        return f" (the installed package has one: {package_jar(needed)})"
+    return ""
+
+
+def listener_jar(required: bool = False, scala: Optional[str] = None) -> Optional[str]:
+    """Path of the lineage listener's jar for this Spark's Scala version (see :func:`find_listener_jar`).
 
     Parameters
     ----------
     required : bool
-        Raise instead of returning ``None`` when the file does not exist.
+        Raise instead of returning ``None`` when there is no fitting jar.
+    scala : str, optional
+        The Scala binary version to fit (default: that of the JVM a new session starts).
 
     Raises
     ------
     MissingDependencyError
-        ``required`` and no jar at that path; the message names the path, where
-        it came from and how to build it.
+        ``required`` and no fitting jar; the message names the path, where it
+        came from, the Scala versions, and how to get the right jar.
     """
-    source = JAR_ENV if os.environ.get(JAR_ENV) else "the default location"
-    path = os.environ.get(JAR_ENV) or str(_DEFAULT_JAR)
-    if os.path.isfile(path):
-        return os.path.abspath(path)
-    if required:
+    global _off_reason
+    path, reason = find_listener_jar(scala)
+    _off_reason = None if path else reason
+    if path is None and required:
         raise MissingDependencyError(
             JAR_NAME, f"`make jar` (it writes {_DEFAULT_JAR}), or set {JAR_ENV} to the path of a built {JAR_NAME}",
-            why=f"no file at {path!r}, from {source}")
-    return None
+            why=reason)
+    return path
 
 
 def _listener_class(spark: Any) -> Any:
@@ -94,8 +201,13 @@ def enable_lineage(spark: Any) -> bool:
         return False
     cls = _listener_class(spark)
     if cls is None:
-        log.info("data lineage of sources is off: %s is not on the driver's class path (build it with "
-                 "`make jar`, or set %s; on spark-submit pass --jars %s)", LISTENER_CLASS, JAR_ENV, JAR_NAME)
+        if _off_reason is not None:  # the jar lookup of this session said why: that is the one line
+            _log_once(logging.WARNING if "never loaded" in _off_reason else logging.INFO,
+                      f"data lineage of sources is off: {_off_reason}")
+        else:
+            _log_once(logging.INFO, f"data lineage of sources is off: {LISTENER_CLASS} is not on the driver's "
+                                    f"class path (on spark-submit pass --jars \"$(python -m sparktrain.jvm)\", the "
+                                    f"installed package's jar for this Spark; in a checkout build it with `make jar`)")
         return False
     try:
         if cls.register(spark._jsparkSession):
@@ -104,6 +216,13 @@ def enable_lineage(spark: Any) -> bool:
         log.warning("data lineage of sources is off: registering %s failed: %s", LISTENER_CLASS, exc)
         return False
     return True
+
+
+def _log_once(level: int, message: str) -> None:
+    """Log ``message`` the first time only: a process that starts many sessions says why lineage is off once."""
+    if message not in _logged:
+        _logged.add(message)
+        log.log(level, message)
 
 
 class LineageRecorder:
@@ -245,5 +364,25 @@ def source_inputs(events: Iterable[Dict[str, Any]], exclude: Sequence[str] = ())
     return [i for i in out if not inferred(i)]
 
 
-__all__ = ["JAR_ENV", "LISTENER_CLASS", "LineageRecorder", "enable_lineage", "listener_jar", "local_path",
-           "source_inputs"]
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m sparktrain.jvm [--scala 2.12]``: print the path of the listener jar for this Spark (for
+    ``spark-submit --jars``); exit 1, with the reason on stderr, when there is none."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m sparktrain.jvm", description=main.__doc__)
+    parser.add_argument("--scala", help="the Scala binary version to fit (default: this pyspark's)")
+    args = parser.parse_args(argv)
+    path, reason = find_listener_jar(args.scala)
+    if path is None:
+        print(f"sparktrain: {reason}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+__all__ = ["JAR_ENV", "LISTENER_CLASS", "LineageRecorder", "enable_lineage", "find_listener_jar", "jar_scala_version",
+           "listener_jar", "local_path", "package_jar", "source_inputs"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

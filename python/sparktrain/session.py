@@ -4,8 +4,9 @@ Order of precedence for the master URL: an already active session (notebooks,
 ``spark-submit``) is reused as is; otherwise ``--master`` / config; otherwise
 ``local[*]``.  Settings come from ``conf/spark-defaults.conf`` (if present),
 then the job config's ``spark.conf``.  A new session gets
-``sparktrain-listener.jar`` (when built: ``make jar``) on ``spark.jars`` and the
-lineage listener of :mod:`sparktrain.jvm` registered; a new *local* session's
+the lineage listener's jar for its Scala version (the installed package's, or
+``make jar``'s) on ``spark.jars`` and the listener of :mod:`sparktrain.jvm`
+registered; an unsupported pyspark or Java is refused before the JVM starts; a new *local* session's
 driver JVM runs the parallel collector (:data:`LOCAL_COLLECTOR`) unless
 ``spark.driver.extraJavaOptions`` picks one.
 """
@@ -81,8 +82,12 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
     pyspark.sql.SparkSession
     """
     prepare_environment()
+    import pyspark
     from pyspark.sql import SparkSession
 
+    from sparktrain._internal.spark_compat import check_java, check_pyspark
+
+    check_pyspark(pyspark.__version__)  # also a pyspark that pip did not install (a Spark's own python/)
     active = SparkSession.getActiveSession()
     if active is not None:
         if master and not _same_master(active, master):
@@ -110,6 +115,7 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
                      ", ".join(skipped))
     settings.update(dict(conf or {}))
     if not submitted and not remote:
+        check_java(pyspark.__version__)  # before the JVM starts: a wrong Java fails there with a Java stack
         _add_listener_jar(settings)
     default_master = settings.pop("spark.master", DEFAULT_MASTER)
     if not submitted and not remote and (master or default_master).startswith("local"):
@@ -138,7 +144,8 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
 
 
 def _add_listener_jar(settings: Dict[str, str]) -> None:
-    """Append ``sparktrain-listener.jar`` (when built) to ``spark.jars``: the lineage listener's classes."""
+    """Append the listener jar built for this Spark's Scala version (:func:`sparktrain.jvm.listener_jar`), when
+    there is one, to ``spark.jars``: the lineage listener's classes.  A jar for another Scala is never added."""
     from sparktrain.jvm import listener_jar
 
     jar = listener_jar()

@@ -1,13 +1,35 @@
-"""Everything that differs between classic Spark and Spark Connect, in one place.
+"""Everything that differs between classic Spark and Spark Connect, and between Spark versions, in one place.
 
 Classic sessions expose a SparkContext (slots, conf, job groups); Connect
 sessions do not.  Callers use these helpers and never touch ``sparkContext``.
+
+sparktrain supports pyspark >= 3.5 and < 5 (``make test-compat`` runs 3.5.9,
+4.0.5, 4.1.4 and 4.3.0), Python 3.10 to 3.12, and the Java each Spark line runs
+on.  What differs between those lines, and where it is handled:
+
+==========================  ============================  ==============================================
+what                        Spark 3.5                     Spark 4.x
+==========================  ============================  ==============================================
+Scala of the JVM            2.12 (PyPI's build)           2.13: :func:`scala_binary_version`, the jar
+                                                          ``sparktrain.jvm`` loads
+Java                        8, 11, 17                     17, 21: :func:`check_java`
+``mapInArrow(profile=)``    no (whole-app resources)      yes: :func:`map_in_arrow_barrier`
+Connect server jar          a separate package            in ``jars/``: :func:`connect_server_bundled`
+``spark.sql.ansi.enabled``  false by default              true by default (casts use ``try_cast``: the same)
+inheritable_thread_target   of a function only            of the session (tags too): :func:`inheritable_target`
+JVM ``ImputerModel(...)``   ``(uid, surrogateDF)``        4.0 too; from 4.1 ``(uid, cols, values)``:
+                                                          :func:`java_imputer_model`
+``getMetadataToSave(...)``  ``(stage, SparkContext...)``  ``(stage, SparkSession...)``: :func:`java_params_metadata`
+``Column.try_cast``         SQL ``try_cast`` only         yes: :func:`try_cast`
+==========================  ============================  ==============================================
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
@@ -170,3 +192,310 @@ def cancel_group(spark, group: str) -> None:
         spark.interruptTag(group)
     else:
         spark.sparkContext.cancelJobGroup(group)
+
+
+# -- versions: the pyspark, Python and Java sparktrain runs on, and what differs between Spark lines ---------
+
+#: pyspark releases sparktrain supports: at least SPARK_MIN, below SPARK_BELOW.
+SPARK_MIN, SPARK_BELOW = (3, 5), (5, 0)
+#: the releases ``make test-compat`` runs the core scenario on (tests/compat/).
+SPARK_TESTED = ("3.5.9", "4.0.5", "4.1.4", "4.3.0")
+#: Python versions sparktrain supports: at least PYTHON_MIN, below PYTHON_BELOW.
+PYTHON_MIN, PYTHON_BELOW = (3, 10), (3, 13)
+#: Java major versions each Spark major line runs on (Spark's documentation).
+JAVA_MAJORS = {3: (8, 11, 17), 4: (17, 21)}
+#: Set to 1 to turn the version refusals into warnings (an untested combination, at your own risk).
+ALLOW_UNSUPPORTED_ENV = "SPARKTRAIN_ALLOW_UNSUPPORTED"
+
+_SPARK_RANGE = f"pyspark >= {'.'.join(map(str, SPARK_MIN))} and < {SPARK_BELOW[0]} (tested: {', '.join(SPARK_TESTED)})"
+_java_checked: dict = {}
+
+
+def version_tuple(version: str) -> tuple:
+    """The leading numbers of a version string: ``"4.1.0.dev1"`` -> ``(4, 1, 0)``, ``"1.8.0_392"`` -> ``(1, 8, 0)``."""
+    out = []
+    for part in re.split(r"[.\-_+]", str(version).strip()):
+        m = re.match(r"\d+", part)
+        if not m:
+            break
+        out.append(int(m.group()))
+        if m.group() != part:
+            break
+    return tuple(out)
+
+
+def _refuse(what: str, found: str, supported: str, fix: str) -> None:
+    from sparktrain.errors import UnsupportedVersionError
+
+    err = UnsupportedVersionError(what, found, supported, fix)
+    if os.environ.get(ALLOW_UNSUPPORTED_ENV, "").strip().lower() in ("1", "true", "yes"):
+        log.warning("%s (going on: %s is set)", err, ALLOW_UNSUPPORTED_ENV)
+        return
+    raise err
+
+
+def check_python(version_info: Optional[tuple] = None) -> None:
+    """Refuse a Python outside 3.10 to 3.12 (:class:`~sparktrain.errors.UnsupportedVersionError`)."""
+    found = tuple(version_info or sys.version_info[:3])
+    if not PYTHON_MIN <= found[:2] < PYTHON_BELOW:
+        last = (PYTHON_BELOW[0], PYTHON_BELOW[1] - 1)
+        _refuse("Python", ".".join(map(str, found)), f"Python {PYTHON_MIN[0]}.{PYTHON_MIN[1]} to {last[0]}.{last[1]}",
+                f"run sparktrain under Python {PYTHON_MIN[0]}.{PYTHON_MIN[1]}-{last[0]}.{last[1]} (for example a "
+                f"venv: python3.11 -m venv .venv), and set PYSPARK_PYTHON to that interpreter on a cluster")
+
+
+def installed_pyspark_version() -> Optional[str]:
+    """The pyspark version pip installed, read from its metadata without importing pyspark; None when absent."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pyspark")
+    except metadata.PackageNotFoundError:  # not installed, or a Spark's own python/ on PYTHONPATH
+        return None
+
+
+def check_pyspark(version: Optional[str] = None) -> Optional[str]:
+    """Refuse a pyspark outside >= 3.5, < 5; ``version`` defaults to the installed one.  Returns it.
+
+    Nothing is refused when pyspark is absent (the Spark-free scoring path needs none).
+    """
+    version = version or installed_pyspark_version()
+    if version is None:
+        return None
+    if not SPARK_MIN <= version_tuple(version)[:2] < SPARK_BELOW:
+        _refuse("pyspark", version, _SPARK_RANGE,
+                "pip install 'pyspark>=3.5,<5' into this environment, or run on a Spark 3.5 or 4.x cluster "
+                "(EMR 7, Dataproc 2.2+, Databricks 15.4 LTS or newer)")
+    return version
+
+
+def spark_jars_dir() -> Optional[str]:
+    """The ``jars/`` folder the JVM of a new session will load: ``$SPARK_HOME/jars``, else pyspark's own."""
+    home = os.environ.get("SPARK_HOME")
+    if home and os.path.isdir(os.path.join(home, "jars")):
+        return os.path.join(home, "jars")
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        if os.path.isdir(os.path.join(root, "jars")):
+            return os.path.join(root, "jars")
+    return None
+
+
+def scala_binary_version(spark=None, spark_version: Optional[str] = None) -> Optional[str]:
+    """The Scala binary version (``"2.12"``, ``"2.13"``) of ``spark``'s JVM, or of the JVM a new session will start.
+
+    From the running JVM when a classic session is given; otherwise from the
+    ``scala-library-X.Y.Z.jar`` in :func:`spark_jars_dir`; otherwise from the
+    Spark version (Spark 3.5 on PyPI is built for 2.12, Spark 4 only for 2.13).
+    """
+    if spark is not None and not is_connect(spark):
+        try:
+            full = str(spark.sparkContext._jvm.scala.util.Properties.versionNumberString())
+            return ".".join(full.split(".")[:2])
+        except Exception as exc:  # a stopped gateway: fall back on the files
+            log.debug("Scala version of the running JVM unavailable: %s", exc)
+    jars = spark_jars_dir()
+    if jars:
+        for name in sorted(os.listdir(jars)):
+            m = re.match(r"scala-library-(\d+\.\d+)\.\d+.*\.jar$", name)
+            if m:
+                return m.group(1)
+    if spark_version is None:
+        spark_version = installed_pyspark_version()
+        if spark_version is None and "pyspark" in sys.modules:
+            spark_version = getattr(sys.modules["pyspark"], "__version__", None)
+    if spark_version:
+        return "2.12" if version_tuple(spark_version)[:1] < (4,) else "2.13"
+    return None
+
+
+def _java_binary() -> Optional[str]:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.isfile(os.path.join(home, "bin", "java")):
+        return os.path.join(home, "bin", "java")
+    import shutil
+
+    return shutil.which("java")
+
+
+def java_version(java: Optional[str] = None) -> Optional[str]:
+    """``java -version`` of ``java`` (default: ``$JAVA_HOME/bin/java``, else ``java`` on PATH); None if unknown."""
+    import subprocess
+
+    java = java or _java_binary()
+    if java is None:
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.debug("java -version failed: %s", exc)
+        return None
+    m = re.search(r'version "([^"]+)"', out.stderr + out.stdout)
+    return m.group(1) if m else None
+
+
+def java_major(version: str) -> Optional[int]:
+    """``"17.0.15"`` -> 17, ``"1.8.0_392"`` -> 8."""
+    parts = version_tuple(version)
+    if not parts:
+        return None
+    return parts[1] if parts[0] == 1 and len(parts) > 1 else parts[0]
+
+
+def check_java(spark_version: str, java: Optional[str] = None) -> Optional[int]:
+    """Refuse, before a new session starts its JVM, a Java that ``spark_version`` does not run on.  Returns its major.
+
+    Spark 3.5 runs on Java 8, 11 and 17, Spark 4 on 17 and 21.  Nothing is
+    refused when no Java is found (Spark then says so itself) or when
+    ``spark-env.sh`` may pick another one.
+    """
+    java = java or _java_binary()
+    if java is None:
+        return None
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
+    env_sh = os.path.join(conf_dir, "spark-env.sh")
+    if os.path.isfile(env_sh):
+        try:
+            if "JAVA_HOME" in open(env_sh, encoding="utf-8", errors="replace").read():
+                return None  # the launcher may use another Java than ours
+        except OSError:
+            pass
+    key = (java, spark_version)
+    if key not in _java_checked:
+        _java_checked[key] = java_version(java)
+    found = _java_checked[key]
+    major = java_major(found) if found else None
+    line = version_tuple(spark_version)[:1] or (4,)
+    wanted = JAVA_MAJORS.get(line[0], JAVA_MAJORS[4])
+    if major is not None and major not in wanted:
+        listed = ", ".join(map(str, wanted[:-1])) + f" or {wanted[-1]}"
+        _refuse("Java", f"{found} ({java})", f"Java {listed} for Spark {spark_version}",
+                f"install a Java {listed} (e.g. apt-get install openjdk-17-jre-headless) and set JAVA_HOME to it "
+                f"or put its bin/ first on PATH")
+    return major
+
+
+def inheritable_target(spark):
+    """A decorator that runs a function in another thread with this thread's Spark job group and tags.
+
+    ``pyspark.inheritable_thread_target(spark)`` from pyspark 4 (local properties and the session's tags; under
+    Connect, the session itself).  pyspark 3.5 takes only the function: its wrapper copies the local properties
+    (the job group :func:`job_group` sets) when it wraps, and carries no Connect tags.
+    """
+    from pyspark import inheritable_thread_target
+
+    if _pyspark_major() >= 4:
+        return inheritable_thread_target(spark)
+    return inheritable_thread_target
+
+
+def java_imputer_model(spark, uid: str, inputs: list, surrogates: list):
+    """The JVM ``ImputerModel`` that ``Imputer.fit`` builds for these surrogates (one per input column), with no job.
+
+    Spark >= 4.1: ``ImputerModel(uid, inputCols, surrogates)``.  Spark 3.5 and 4.0:
+    ``ImputerModel(uid, surrogateDF)``, a one-row DataFrame of the surrogates (non-null doubles, a column per
+    input), as their ``Imputer.fit`` makes it.
+    """
+    gateway = spark.sparkContext._gateway
+    jvm_model = gateway.jvm.org.apache.spark.ml.feature.ImputerModel
+    if version_tuple(spark.version)[:2] >= (4, 1):
+        names = gateway.new_array(gateway.jvm.java.lang.String, len(inputs))
+        values = gateway.new_array(gateway.jvm.double, len(inputs))
+        for i, (c, v) in enumerate(zip(inputs, surrogates, strict=True)):
+            names[i], values[i] = c, float(v)
+        return jvm_model(uid, names, values)
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField(c, T.DoubleType(), False) for c in inputs])
+    frame = spark.createDataFrame([tuple(float(v) for v in surrogates)], schema)
+    return jvm_model(uid, frame._jdf)
+
+
+def java_params_metadata(spark, java_stage) -> str:
+    """``DefaultParamsWriter.getMetadataToSave(stage, ...)``: the ``metadata/`` JSON a JVM stage's writer saves.
+
+    It takes the SparkSession from Spark 4.0, the SparkContext before (Spark 4 keeps that form, deprecated).
+    """
+    jvm = spark._jvm
+    none = jvm.scala.Option.empty()
+    owner = spark._jsparkSession if version_tuple(spark.version)[:1] >= (4,) else spark.sparkContext._jsc.sc()
+    return str(jvm.org.apache.spark.ml.util.DefaultParamsWriter.getMetadataToSave(java_stage, owner, none, none))
+
+
+def try_cast(name: str, spark_type: str):
+    """``F.col(name).try_cast(spark_type)``: null where the value does not cast, instead of an error.
+
+    ``Column.try_cast`` is pyspark >= 4.0; Spark 3.5 has ``try_cast`` in SQL only, so the same column reference
+    (dotted parts name nested fields, as ``F.col`` reads them) goes through ``F.expr``.
+    """
+    from pyspark.sql import functions as F
+
+    col = F.col(name)
+    if hasattr(type(col), "try_cast"):  # an instance would answer any name (a struct field)
+        return col.try_cast(spark_type)
+    ref = name if "`" in name else ".".join(f"`{part}`" for part in name.split("."))
+    return F.expr(f"try_cast({ref} AS {spark_type})")
+
+
+def _pyspark_major() -> int:
+    import pyspark
+
+    return (version_tuple(pyspark.__version__) or (4,))[0]
+
+
+def connect_server_bundled(jars_dir: Optional[str] = None) -> bool:
+    """Whether this Spark ships the Spark Connect server (``spark-connect_*.jar``; pyspark 4 does, 3.5 does not)."""
+    jars = jars_dir or spark_jars_dir()
+    return bool(jars) and any(n.startswith("spark-connect_") for n in os.listdir(jars))
+
+
+# -- resources and stage-level scheduling -------------------------------------------------------------------
+
+def supports_stage_profiles(spark) -> bool:
+    """Whether this master schedules a stage with its own ``ResourceProfile`` (standalone, YARN, Kubernetes).
+
+    ``local[N]`` cannot (one JVM, no executors to size); ``local-cluster`` is a standalone cluster.  Under
+    Spark Connect the server's master decides.
+    """
+    m = master(spark)
+    return m.startswith(("spark://", "yarn", "k8s://", "local-cluster"))
+
+
+def map_in_arrow_barrier(df, fn, schema: str, profile=None):
+    """``df.mapInArrow(fn, schema, barrier=True[, profile=...])``; ``profile`` needs pyspark >= 4.0."""
+    import inspect
+
+    if profile is None:
+        return df.mapInArrow(fn, schema, barrier=True)
+    if "profile" not in inspect.signature(df.mapInArrow).parameters:
+        from sparktrain.errors import PreflightError
+        raise PreflightError("gpusPerWorker needs stage-level scheduling of the training stage, which "
+                             "DataFrame.mapInArrow supports from pyspark 4.0; on Spark 3.5 set "
+                             "spark.task.resource.gpu.amount for the whole application instead")
+    return df.mapInArrow(fn, schema, barrier=True, profile=profile)
+
+
+def executor_resources(spark, name: str) -> Optional[list]:
+    """Per executor (driver excluded), how many addresses of resource ``name`` it holds; None when unknown.
+
+    Read from the application's status store (classic Spark only).
+    """
+    if is_connect(spark):
+        return None
+    try:
+        summaries = spark.sparkContext._jsc.sc().statusStore().executorList(True)
+        out = []
+        it = summaries.iterator()
+        while it.hasNext():
+            ex = it.next()
+            if ex.id() == "driver":
+                continue
+            res = ex.resources()
+            info = res.get(name)
+            out.append(len(list(info.get().addresses())) if info.isDefined() else 0)
+        return out
+    except Exception as exc:  # private API
+        log.debug("executor resources unavailable: %s", exc)
+        return None

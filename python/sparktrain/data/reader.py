@@ -23,7 +23,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -252,7 +252,7 @@ class Reader:
                 pass
             thread.join(timeout=0.1)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,6 +11,8 @@ Layout under ``<store>/<run_id>/`` (a local path or any :mod:`pyarrow.fs` URI)::
     model/network/model.bin         the trained network, written by rank 0 (the driver reads it back)
     model/network/spec.json
     model/...                       the rest of the bundle (sparktrain.track.bundle)
+    control/verdict-000002.json     a search's verdict on a trial after epoch 2 (driver; rank 0 reads it)
+    control/stop.json               the search pruned the trial: rank 0 stops it after its epoch
 
 :class:`Store` is a directory on a pyarrow filesystem with atomic writes
 (temporary name, then a rename), so a process killed halfway never leaves a
@@ -39,6 +41,8 @@ MODEL_DIR = "model"
 NETWORK_DIR = "network"
 NETWORK_FILE = "model.bin"
 NETWORK_SPEC = "spec.json"
+CONTROL_DIR = "control"
+STOP_FILE = "stop.json"
 
 _CKPT = re.compile(r"ckpt-(\d+)\.ckpt$")
 
@@ -231,6 +235,28 @@ class RunStore:
         """``(network bytes, spec)`` written by :meth:`write_network`."""
         return (self.store.read_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_FILE)),
                 json.loads(self.store.read_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_SPEC))))
+
+    # -- control: a search's verdicts on a trial (driver writes, rank 0 reads) ---------------------------------
+
+    def verdict_rel(self, epoch: int) -> str:
+        """The relative path of the verdict after ``epoch`` (0-based)."""
+        return self.rel(CONTROL_DIR, f"verdict-{epoch:06d}.json")
+
+    def write_verdict(self, epoch: int, stop: bool, reason: str = "") -> None:
+        """Record the search's verdict after ``epoch``; a stop also writes ``control/stop.json`` (first)."""
+        body = json.dumps({"epoch": epoch, "stop": bool(stop), "reason": reason}).encode()
+        if stop:
+            self.store.write_bytes(self.rel(CONTROL_DIR, STOP_FILE), body)
+        self.store.write_bytes(self.verdict_rel(epoch), body)
+
+    def has_verdict(self, epoch: int) -> bool:
+        """Whether the verdict after ``epoch`` is written."""
+        return self.store.exists(self.verdict_rel(epoch))
+
+    def stop_requested(self) -> Optional[Dict[str, Any]]:
+        """``control/stop.json`` (the epoch and the reason) when the search asked this run to stop, else None."""
+        rel = self.rel(CONTROL_DIR, STOP_FILE)
+        return json.loads(self.store.read_bytes(rel)) if self.store.exists(rel) else None
 
     # -- failures ---------------------------------------------------------------------------------------------
 

@@ -351,7 +351,7 @@ def fit_pipeline(pipeline, dataset, max_parallel: int = 4):
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from pyspark import inheritable_thread_target
+    from sparktrain._internal.spark_compat import inheritable_target
     from pyspark.ml import Estimator, PipelineModel
 
     stages = pipeline.getStages()
@@ -379,7 +379,7 @@ def fit_pipeline(pipeline, dataset, max_parallel: int = 4):
         if len(group) == 1:
             models = [stages[i].fit(data)]
         else:
-            target = inheritable_thread_target(data.sparkSession)(lambda k, data=data: stages[k].fit(data))
+            target = inheritable_target(data.sparkSession)(lambda k, data=data: stages[k].fit(data))
             with ThreadPoolExecutor(len(group)) as pool:
                 models = list(pool.map(target, group))
         for k, model in zip(group, models):

@@ -114,7 +114,7 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
     >>> fit_features(pipe, df, plan, train="split = 'train'").model                # doctest: +SKIP
     PipelineModel_...
     """
-    from pyspark import inheritable_thread_target
+    from sparktrain._internal.spark_compat import inheritable_target
     from pyspark.ml import PipelineModel
     from pyspark.sql import functions as F
 
@@ -149,7 +149,7 @@ def fit_features(pipeline: Any, dataset: Any, plan: FeaturePlan, *, train: Optio
                    for j, c in enumerate(sources) if c in medians]
     prepared = stages[0].transform(train_rows)
     indexers = [k for k, st in enumerate(stages) if _kind(st) == "indexer"]
-    run = inheritable_thread_target(dataset.sparkSession)
+    run = inheritable_target(dataset.sparkSession)
 
     with ThreadPoolExecutor(4) as pool:
         checks = pool.submit(run(first), dataset, extra) if extra else None
@@ -351,17 +351,14 @@ def _imputer_model(stage: Any, surrogates: List[float], spark: Any) -> Any:
     """The ``ImputerModel`` that ``stage.fit`` builds for these surrogates (one per input column), with no job.
 
     ``Imputer.fit`` computes the surrogates and calls the same JVM constructor
-    (``ImputerModel(uid, inputCols, surrogates)``); the values are known here.
+    (:func:`~sparktrain._internal.spark_compat.java_imputer_model`: its arguments differ between Spark
+    versions); the values are known here.
     """
     from pyspark.ml.feature import ImputerModel
 
-    gateway = spark.sparkContext._gateway
-    inputs = stage.getInputCols()
-    names = gateway.new_array(gateway.jvm.java.lang.String, len(inputs))
-    values = gateway.new_array(gateway.jvm.double, len(inputs))
-    for i, (c, v) in enumerate(zip(inputs, surrogates, strict=True)):
-        names[i], values[i] = c, v
-    java_model = gateway.jvm.org.apache.spark.ml.feature.ImputerModel(stage.uid, names, values)
+    from sparktrain._internal.spark_compat import java_imputer_model
+
+    java_model = java_imputer_model(spark, stage.uid, stage.getInputCols(), surrogates)
     return stage._copyValues(ImputerModel(java_model))
 
 

@@ -296,7 +296,7 @@ def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) ->
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow.fs as pafs
-    from pyspark import inheritable_thread_target
+    from sparktrain._internal.spark_compat import inheritable_target
     from pyspark.ml import PipelineModel
 
     from sparktrain.data.manifest import build_manifest, estimate_row_bytes, parquet_writer, write_manifest
@@ -308,7 +308,7 @@ def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) ->
     scored = passing.transform(data)
     width = estimate_row_bytes(scored.drop(SPLIT_COLUMN).schema)
     parts = posixpath.join(staging, SPLITS_DIR)
-    inherit = inheritable_thread_target(spark)
+    inherit = inheritable_target(spark)
     with ThreadPoolExecutor(1) as pool:
         saved = pool.submit(inherit(save_pipeline_model), model, posixpath.join(staging, PIPELINE_DIR))
         (parquet_writer(scored, out.row_group_rows, out.compression, row_bytes=width)

@@ -45,7 +45,7 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
     >>> PipelineModel.load("/data/houses/pipeline_model")            # doctest: +SKIP
     PipelineModel_...
     """
-    from pyspark import inheritable_thread_target
+    from sparktrain._internal.spark_compat import inheritable_target
     from pyspark.ml.pipeline import PipelineSharedReadWrite
     from pyspark.ml.util import DefaultParamsWriter, JavaMLWriter
     from pyspark.sql import SparkSession
@@ -87,7 +87,7 @@ def save_pipeline_model(model: Any, path: str, parallel: int = 4) -> None:
         for i in range(len(stages)):
             save_stage(i)
         return
-    run = inheritable_thread_target(spark)
+    run = inheritable_target(spark)
     with ThreadPoolExecutor(max(1, parallel)) as pool:
         meta = pool.submit(run(save_metadata), model, path, {"stageUids": [s.uid for s in stages],
                                                              "language": "Python"})
@@ -125,10 +125,9 @@ def _save_java_stage_files(stage: Any, writer: Any, folder: str, spark: Any) -> 
         data = pa.table({"labelsArray": pa.array([labels], pa.list_(pa.list_(pa.string())))})
     else:
         return False
-    jvm = spark._jvm
-    none = jvm.scala.Option.empty()
-    text = jvm.org.apache.spark.ml.util.DefaultParamsWriter.getMetadataToSave(java, spark._jsparkSession, none, none)
-    _write_metadata(folder, text)
+    from sparktrain._internal.spark_compat import java_params_metadata
+
+    _write_metadata(folder, java_params_metadata(spark, java))
     if data is not None:
         os.makedirs(os.path.join(folder, "data"))
         pq.write_table(data, os.path.join(folder, "data", "part-00000.snappy.parquet"), compression="snappy")

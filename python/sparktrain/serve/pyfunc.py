@@ -171,12 +171,32 @@ def write_bundle(model: Any, dataset_root: str, folder: str) -> Dict[str, str]:
 
 
 def _package_copy(folder: str) -> str:
-    """A clean copy of the ``sparktrain`` package (no caches) to ship as ``code_paths``."""
+    """A clean copy of the ``sparktrain`` package (no caches, no listener jars) to ship as ``code_paths``.
+
+    Also when the package is imported from a zip: a wheel passed with ``spark-submit --py-files``.
+    """
     import sparktrain
 
     src = os.path.dirname(os.path.abspath(sparktrain.__file__))
     dst = os.path.join(folder, "sparktrain")
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if os.path.isdir(src):
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "jars"))
+        return dst
+    import zipfile
+
+    archive = src
+    while archive and not os.path.isfile(archive):
+        archive = os.path.dirname(archive)
+    inner = os.path.relpath(src, archive).replace(os.sep, "/") + "/"
+    with zipfile.ZipFile(archive) as zf:
+        for name in zf.namelist():
+            rel = name[len(inner):]
+            if name.startswith(inner) and rel and not name.endswith("/") and \
+                    not rel.startswith("jars/") and "__pycache__" not in rel and not rel.endswith(".pyc"):
+                target = os.path.join(dst, *rel.split("/"))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with zf.open(name) as f_in, open(target, "wb") as f_out:
+                    shutil.copyfileobj(f_in, f_out)
     return dst
 
 
@@ -216,6 +236,8 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
     with tempfile.TemporaryDirectory(prefix="sparktrain-model-") as tmp:
         artifacts = write_bundle(model, dataset_root, os.path.join(tmp, "bundle"))
         code = _package_copy(os.path.join(tmp, "code"))
+        if not os.path.isfile(entry):  # the package is a zip (spark-submit --py-files): the copy's file
+            entry = os.path.join(code, "serve", "_model_code.py")
         return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
                          model_id=logged.model_id, python_model=entry, artifacts=artifacts, code_paths=[code],
                          signature=model_signature(meta, model.inputs), input_example=input_example,

@@ -85,6 +85,8 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
     import mlflow.pyfunc
     from pyspark.sql import functions as F
 
+    from sparktrain._internal.spark_compat import try_cast
+
     inputs, outputs = signature_columns(model_uri)
     for name, _ in inputs:
         if name not in df.columns:
@@ -95,7 +97,7 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
                                             f"drop or rename them")
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
     udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=result_type, env_manager="local")
-    args = F.struct(*[F.col(n).try_cast(_spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
+    args = F.struct(*[try_cast(n, _spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
     tmp = "__sparktrain_scores"
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
 

@@ -63,10 +63,9 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
     """
     import json
 
-    from pyspark.sql import functions as F
-
     from dataclasses import replace
 
+    from sparktrain._internal.spark_compat import try_cast
     from sparktrain.features.load import load_input
     from sparktrain.serve.pyfunc import MLFLOW_TO_SPARK, raw_columns
 
@@ -74,7 +73,7 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
         with open(os.path.join(dataset_root, "features.json")) as fh:
             cols = raw_columns(json.load(fh))
         df = load_input(spark, replace(cfg.data, scale=1), embedded)
-        return df.select([F.col(c).try_cast(MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
+        return df.select([try_cast(c, MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
         log.warning("no input example for the model: %s", exc)
         return None

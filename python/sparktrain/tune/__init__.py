@@ -1,6 +1,9 @@
-"""Hyperparameter search with Hyperopt on Spark.
+"""Hyperparameter search on Spark with Hyperopt or Optuna (``tune.engine``).
 
-Two modes (``tune.mode``):
+The driver runs the engine by ask-and-tell (:mod:`sparktrain.tune._engines`,
+:mod:`sparktrain.tune._loop`); an Optuna study can prune trials from their
+per-epoch validation metrics (``tune.pruner``) and persists, so a rerun
+continues it.  Two modes (``tune.mode``):
 
 * ``single``: every trial trains a one-worker model inside one Spark task,
   ``parallelism`` trials at a time, each its own tiny Spark job;
@@ -8,7 +11,7 @@ Two modes (``tune.mode``):
   ``train.num_workers`` workers, as many trials at once as the slots allow.
 
 Exports are resolved lazily: executors import :mod:`sparktrain.tune._trial`
-and must not pay for (or depend on) Hyperopt, MLflow or the driver modules.
+and must not pay for (or depend on) Hyperopt, Optuna, MLflow or the driver modules.
 """
 
 from __future__ import annotations

@@ -1,13 +1,24 @@
-"""The driver's ask/tell loop: Hyperopt suggests, driver threads run trials as Spark jobs.
+"""The driver's ask/tell loop: an engine suggests, driver threads run trials as Spark jobs.
 
 Hyperopt's own ``fmin`` either evaluates serially or polls a ``Trials``
-subclass.  Here the loop is explicit, so that TPE sees each result the moment
-it arrives and the driver controls concurrency, timeouts and early stopping::
+subclass, and Optuna's ``optimize`` runs the objective in the calling
+process.  Here the loop is explicit, so that the engine
+(:mod:`sparktrain.tune._engines`: Hyperopt or an Optuna study) sees each
+result the moment it arrives and the driver controls concurrency, timeouts,
+pruning and early stopping::
 
     while trials remain and not stopped:
-        fill free slots: ask the algo for a point -> launch it in a thread, in its own job group
-        wait for the first result or the nearest deadline
-        tell Hyperopt each result; cancel the job group of every trial past its deadline
+        fill free slots: ask the engine for a point -> launch it in a thread, in its own job group
+        wait for the first result, the nearest deadline or (pruning) the next poll
+        pruning: report each running trial's new epochs (from its event log in the store) to the
+                 engine, and write its verdict into the trial's run folder (a stop ends it after that epoch)
+        tell the engine each result; cancel the job group of every trial past its deadline
+
+The epochs come from the run's event log in the store and the verdicts go back
+through the store (:meth:`~sparktrain.data.run_store.RunStore.write_verdict`),
+so pruning needs no socket from the executors to the driver and works over
+Spark Connect.  A trial the engine pruned ends cleanly after that epoch and is
+recorded ``PRUNED``.
 
 A trial past ``timeout_s`` has its job group cancelled (again every second
 until its thread returns, in case a job started after the first cancel) and is
@@ -25,15 +36,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from sparktrain._internal import spark_compat
-from sparktrain.tune.result import FAILED, FINISHED, KILLED, TrialRecord
+from sparktrain.tune._engines import Engine, HyperoptEngine
+from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
 from sparktrain.tune.space import CompiledSpace
 
 log = logging.getLogger(__name__)
 
 _RECANCEL_S = 1.0
+#: seconds between two reads of the running trials' event logs when pruning
+POLL_S = 0.1
 
 
 @dataclass
@@ -49,18 +61,30 @@ class TrialOutcome:
 
 
 #: ``runner(number, params)`` runs one trial; it is called in a pool thread already inside the trial's job group.
+#: A runner that trains may also have ``watch(number, params) -> Watch`` (what pruning reads and writes).
 Runner = Callable[[int, Dict[str, Any]], TrialOutcome]
+
+
+@dataclass
+class Watch:
+    """Where a training trial's epochs appear and its verdicts go: its run folder, and its planned epochs."""
+
+    run: Any  # sparktrain.data.run_store.RunStore
+    epochs: int
 
 
 @dataclass
 class _Running:
     number: int
-    tid: int
+    handle: Any
     params: Dict[str, Any]
     group: str
     started: float
     deadline: Optional[float]
     cancelled_at: Optional[float] = None
+    watch: Optional[Watch] = None
+    reported: Dict[int, float] = field(default_factory=dict)
+    pruned_at: Optional[int] = None
 
 
 class Listener:
@@ -83,15 +107,18 @@ class SearchLoop:
     space : CompiledSpace
         The search space.
     runner : callable
-        ``runner(number, params) -> TrialOutcome``.
+        ``runner(number, params) -> TrialOutcome`` (with ``watch``, see :data:`Runner`, its trials can be pruned).
     metric, goal : str
         The metric read from each outcome and ``"min"``/``"max"``.
     max_trials, concurrency : int
-        Trials in all, and at once.
+        Trials to run, and at once.
     algo : {"tpe", "random"}
-        Hyperopt's suggestion algorithm.
+        Hyperopt's suggestion algorithm (without ``engine``).
     seed : int
         Seeds the algorithm (same seed, same sequence of suggestions for serial runs).
+    engine : Engine, optional
+        Asked for points and told results (default: Hyperopt with ``algo``); one that
+        ``prunes`` gets each running trial's per-epoch ``metric``.
     early_stop_trials : int, optional
         Stop launching after this many finished trials in a row without improvement.
     timeout_s : float, optional
@@ -105,81 +132,49 @@ class SearchLoop:
     def __init__(self, spark, space: CompiledSpace, runner: Runner, *, metric: str, goal: str, max_trials: int,
                  concurrency: int, algo: str = "tpe", seed: int = 0, early_stop_trials: Optional[int] = None,
                  timeout_s: Optional[float] = None, listener: Optional[Listener] = None,
-                 prefix: Optional[str] = None) -> None:
-        from hyperopt import Domain, Trials, rand, tpe
-
+                 prefix: Optional[str] = None, engine: Optional[Engine] = None) -> None:
         self.spark = spark
         self.space = space
         self.runner = runner
         self.metric, self.goal = metric, goal
         self.max_trials, self.concurrency = max_trials, max(1, concurrency)
-        self.algo = tpe.suggest if algo == "tpe" else rand.suggest
-        self.rstate = np.random.default_rng(seed)
+        self.engine = engine or HyperoptEngine(space, goal, algo=algo, seed=seed)
+        self.pruning = self.engine.prunes and hasattr(runner, "watch")
         self.early_stop_trials, self.timeout_s = early_stop_trials, timeout_s
         self.listener = listener or Listener()
-        self.domain = Domain(lambda _: 0.0, space.hyperopt)
-        self.trials = Trials()
         self.prefix = prefix or f"tune-{uuid.uuid4().hex[:8]}"
         self.records: List[TrialRecord] = []
         self.best: Optional[Tuple[TrialRecord, Optional[TrialOutcome]]] = None
         self.stopped_early = False
         self._since_best = 0
-
-    # ---- Hyperopt ask / tell -------------------------------------------------------------------------------
-    def _ask(self) -> Optional[Tuple[int, Dict[str, Any]]]:
-        from hyperopt import JOB_STATE_RUNNING, space_eval
-        from hyperopt.utils import coarse_utcnow
-
-        new_ids = self.trials.new_trial_ids(1)
-        self.trials.refresh()
-        docs = self.algo(new_ids, self.domain, self.trials, int(self.rstate.integers(2 ** 31 - 1)))
-        if not docs:
-            return None
-        self.trials.insert_trial_docs(docs)
-        self.trials.refresh()
-        doc = self._doc(new_ids[0])
-        doc["state"] = JOB_STATE_RUNNING
-        doc["book_time"] = doc["refresh_time"] = coarse_utcnow()
-        point = {k: v[0] for k, v in doc["misc"]["vals"].items() if len(v)}
-        return doc["tid"], self.space.to_train_params(space_eval(self.space.hyperopt, point))
-
-    def _tell(self, tid: int, loss: Optional[float], error: Optional[str]) -> None:
-        from hyperopt import JOB_STATE_DONE, STATUS_FAIL, STATUS_OK
-        from hyperopt.utils import coarse_utcnow
-
-        doc = self._doc(tid)
-        doc["state"] = JOB_STATE_DONE  # failed trials stay visible to the algo, with status 'fail'
-        doc["result"] = ({"status": STATUS_OK, "loss": loss} if loss is not None
-                         else {"status": STATUS_FAIL, "error": error or "failed"})
-        doc["refresh_time"] = coarse_utcnow()
-        self.trials.refresh()
-
-    def _doc(self, tid: int) -> Dict[str, Any]:
-        return next(d for d in reversed(self.trials._dynamic_trials) if d["tid"] == tid)
+        self.started = time.time()
 
     # ---- the loop ------------------------------------------------------------------------------------------
     def run(self) -> List[TrialRecord]:
         """Run the search; returns every trial's record in launch order."""
-        from pyspark import inheritable_thread_target
+        from sparktrain._internal.spark_compat import inheritable_target
 
         running: Dict[Future, _Running] = {}
         launched = 0
+        self.started = time.time()
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sparktrain-trial") as pool:
             try:
                 while True:
                     while (not self.stopped_early and launched < self.max_trials
                            and len(running) < self.concurrency):
-                        asked = self._ask()
+                        asked = self.engine.ask()
                         if asked is None:  # the algo has nothing left to suggest
                             self.max_trials = launched
                             break
                         launched += 1
-                        tid, params = asked
-                        trial = _Running(launched, tid, params, f"{self.prefix}-trial-{launched:03d}", time.time(),
-                                         None if self.timeout_s is None else time.monotonic() + self.timeout_s)
-                        target = inheritable_thread_target(self.spark)(self._run_one)
+                        number, handle, params = asked
+                        trial = _Running(number, handle, params, f"{self.prefix}-trial-{number:03d}", time.time(),
+                                         None if self.timeout_s is None else time.monotonic() + self.timeout_s,
+                                         watch=self.runner.watch(number, params)  # type: ignore[attr-defined]
+                                         if self.pruning else None)
+                        target = inheritable_target(self.spark)(self._run_one)
                         running[pool.submit(target, trial)] = trial
-                        log.info("trial %d started: %s", launched, _short(params))
+                        log.info("trial %d started: %s", number, _short(params))
                         self.listener.on_start(trial.number, params, trial.group, trial.started)
                     if not running:
                         break
@@ -187,6 +182,9 @@ class SearchLoop:
                     for fut in done:
                         self._finish(running.pop(fut), fut)
                     self._enforce_deadlines(running)
+                    if self.pruning:
+                        for trial in running.values():
+                            self._poll_epochs(trial)
             except BaseException:  # Ctrl-C or a bug here: do not leave trials running on the cluster
                 for trial in running.values():
                     spark_compat.cancel_group(self.spark, trial.group)
@@ -202,7 +200,45 @@ class SearchLoop:
         now = time.monotonic()
         waits = [(t.cancelled_at + _RECANCEL_S if t.cancelled_at else t.deadline) - now
                  for t in running.values() if t.deadline is not None]
+        if self.pruning:
+            waits.append(POLL_S)
         return max(0.01, min(waits)) if waits else None
+
+    # ---- pruning ---------------------------------------------------------------------------------------------
+    def _poll_epochs(self, trial: _Running, final: bool = False) -> None:
+        """Report the trial's newly finished epochs to the engine; write its verdict on each.
+
+        ``final``: the trial ended; its last epochs still go to the engine (a
+        pruner ranks trials by what each reported), but no verdict is written.
+        """
+        watch = trial.watch
+        if watch is None or (trial.pruned_at is not None and not final):
+            return
+        try:
+            events = watch.run.read_events()
+        except (OSError, ValueError) as exc:  # a half-visible log on an eventually consistent store: next poll
+            log.debug("trial %d: event log not readable yet: %s", trial.number, exc)
+            return
+        epochs = {int(e["epoch"]): e.get("metrics") or {} for e in events if e.get("event") == "epoch_finished"}
+        for epoch in sorted(set(epochs) - set(trial.reported)):
+            value = epochs[epoch].get(self.metric)
+            if not isinstance(value, (int, float)):
+                continue
+            trial.reported[epoch] = float(value)
+            stop = self.engine.report(trial.handle, epoch, float(value))
+            if final or trial.pruned_at is not None or epoch >= watch.epochs - 1:
+                continue
+            reason = (f"{self.engine.name} pruner: {self.metric} = {value:.5g} after epoch {epoch + 1}"
+                      if stop else "")
+            try:
+                watch.run.write_verdict(epoch, stop, reason)
+            except OSError as exc:  # the rank trains on after its bounded wait
+                log.warning("trial %d: could not write the verdict after epoch %d: %s", trial.number, epoch, exc)
+                continue
+            if stop:
+                trial.pruned_at = epoch
+                log.info("trial %d pruned after epoch %d of %d: %s = %.5g", trial.number, epoch + 1,
+                         watch.epochs, self.metric, value)
 
     def _enforce_deadlines(self, running: Dict[Future, _Running]) -> None:
         now = time.monotonic()
@@ -218,6 +254,8 @@ class SearchLoop:
 
     def _finish(self, trial: _Running, fut: Future) -> None:
         seconds = time.time() - trial.started
+        if self.pruning:
+            self._poll_epochs(trial, final=True)
         outcome: Optional[TrialOutcome] = None
         status, metric, error, tb = FINISHED, None, None, None
         try:
@@ -236,16 +274,23 @@ class SearchLoop:
         elif outcome is not None:
             metric, error = self._metric_of(outcome)
             status = FINISHED if error is None else FAILED
+            if status == FINISHED and trial.pruned_at is not None:
+                status = PRUNED
+        history = tuple(outcome.history) if outcome else ()
         record = TrialRecord(
             number=trial.number, params=trial.params, status=status, metric=metric,
             metrics={k: v for k, v in (outcome.metrics if outcome else {}).items() if v is not None},
             error=error, seconds=seconds, objective_seconds=outcome.objective_seconds if outcome else None,
-            job_group=trial.group, history=tuple(outcome.history) if outcome else (), traceback=tb)
+            job_group=trial.group, history=history, traceback=tb, epochs=len(history),
+            end_s=time.time() - self.started)
         self.records.append(record)
-        self._tell(trial.tid, None if metric is None else (metric if self.goal == "min" else -metric), error)
+        self.engine.tell(trial.handle, status, metric, error)
         self._update_best(record, outcome)
         if status == FINISHED:
             log.info("trial %d finished in %.1f s: %s = %.5g", trial.number, seconds, self.metric, metric)
+        elif status == PRUNED:
+            log.info("trial %d pruned: %d of %d epochs in %.1f s, %s = %.5g", trial.number, len(history),
+                     trial.watch.epochs if trial.watch else len(history), seconds, self.metric, metric)
         else:
             log.warning("trial %d %s after %.1f s: %s", trial.number, status.lower(), seconds, error)
         self.listener.on_finish(record)

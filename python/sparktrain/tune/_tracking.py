@@ -23,11 +23,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.features.load import Embedded
 from sparktrain.tune._loop import Listener
-from sparktrain.tune.result import FAILED, FINISHED, KILLED, TrialRecord
+from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
 
 log = logging.getLogger(__name__)
 
 _MAX_TAG = 5000
+#: MLflow has no PRUNED run status: a pruned trial's run ends KILLED (stopped before its last epoch, by the
+#: search) and carries ``sparktrain.status = PRUNED``
+MLFLOW_STATUS = {PRUNED: "KILLED"}
 
 
 class TrialTracker(Listener):
@@ -98,14 +101,18 @@ class TrialTracker(Listener):
         metrics.append(Metric("trial_seconds", record.seconds, now, 0))
         if record.objective_seconds is not None:
             metrics.append(Metric("objective_seconds", record.objective_seconds, now, 0))
+        if record.history:
+            metrics.append(Metric("epochs_ran", float(record.epochs), now, 0))
         tags = [RunTag("sparktrain.status", record.status)]
+        if record.status == PRUNED:
+            tags.append(RunTag("sparktrain.pruned_after_epoch", str(record.epochs)))
         if record.error:
             tags.append(RunTag("sparktrain.error", record.error[:_MAX_TAG]))
         for start in range(0, len(metrics), 900):  # log_batch takes at most 1000 entries
             self.client.log_batch(run_id, metrics=metrics[start:start + 900], tags=tags if start == 0 else [])
         if record.traceback:
             self.client.log_text(run_id, record.traceback, "error.txt")
-        self.client.set_terminated(run_id, status=record.status, end_time=now)
+        self.client.set_terminated(run_id, status=MLFLOW_STATUS.get(record.status, record.status), end_time=now)
 
     # ---- after the search ------------------------------------------------------------------------------------
     def run_ids(self) -> Dict[int, str]:
@@ -133,7 +140,8 @@ class TrialTracker(Listener):
         done = [r.metric for r in records if r.status == FINISHED and r.metric is not None]
         metrics = [Metric("tune_trials", len(records), now, 0),
                    Metric("tune_failed", sum(r.status == FAILED for r in records), now, 0),
-                   Metric("tune_killed", sum(r.status == KILLED for r in records), now, 0)]
+                   Metric("tune_killed", sum(r.status == KILLED for r in records), now, 0),
+                   Metric("tune_pruned", sum(r.status == PRUNED for r in records), now, 0)]
         if done:
             best = min(done) if goal == "min" else max(done)
             metrics.append(Metric(f"best_{metric}", best, now, 0))
@@ -146,7 +154,7 @@ class TrialTracker(Listener):
 
             self.client.log_batch(best_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (test or {}).items()],
                                   tags=[RunTag("sparktrain.best", "true")])
-        table = [{"trial": r.number, "status": r.status, metric: r.metric, "seconds": r.seconds,
+        table = [{"trial": r.number, "status": r.status, metric: r.metric, "seconds": r.seconds, "epochs": r.epochs,
                   "params": {k: _param_text(v) for k, v in r.params.items()}, "error": r.error} for r in records]
         self.client.log_text(self.parent_run_id, json.dumps(table, indent=2), "tune/trials.json")
         with tempfile.TemporaryDirectory(prefix="sparktrain-tune-") as tmp:
@@ -196,7 +204,7 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
     client = tracker.client
     with tempfile.TemporaryDirectory(prefix="sparktrain-model-") as tmp:
         local = os.path.join(tmp, "model")
-        model.write().overwrite().save(local)
+        model.write().save(local)  # a fresh folder: no overwrite (its check needs the JVM, absent under Connect)
         client.log_artifacts(run_id, local, "model")
     if not cfg.tracking.register:
         return None
@@ -212,7 +220,7 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
 
 
 def plot_trials(records: Sequence[TrialRecord], metric: str, goal: str, path: str) -> None:
-    """PNG: each finished trial's metric by trial number, the running best, and failures marked."""
+    """PNG: each finished trial's metric by trial number, the running best, pruned trials and failures marked."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -228,7 +236,11 @@ def plot_trials(records: Sequence[TrialRecord], metric: str, goal: str, path: st
             running = y if running is None else (min(running, y) if goal == "min" else max(running, y))
             best.append(running)
         ax.step(xs, best, where="post", color="tab:green", label="best so far")
-    bad = [r.number for r in records if r.status != FINISHED]
+    pruned = sorted((r.number, r.metric) for r in records if r.status == PRUNED and r.metric is not None)
+    if pruned:
+        px, py = zip(*pruned, strict=True)
+        ax.scatter(px, py, label=f"{metric} when pruned", color="tab:orange", marker="v", zorder=3)
+    bad = [r.number for r in records if r.status not in (FINISHED, PRUNED)]
     if bad:
         level = max(y for _, y in done) if done else 0.0
         ax.scatter(bad, [level] * len(bad), marker="x", color="tab:red", label="failed / killed", zorder=3)

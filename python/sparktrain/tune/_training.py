@@ -5,9 +5,13 @@
   it as one tiny Spark job, ``spark.range(1, numPartitions=1).mapInArrow(...)``.
   The data goes by path in the spec; nothing is broadcast.
 * :class:`DistributedRunner` (``tune.mode: distributed``) fits the estimator,
-  a barrier stage of ``train.num_workers`` tasks.
+  a barrier stage of ``train.num_workers`` tasks (its plan, preflight and
+  launch, as ``fit`` runs them, with the trial's spec).
 
 Both run in a pool thread that is already inside the trial's Spark job group.
+When the search prunes, each trial's :class:`~sparktrain.train.worker.WorkerSpec`
+carries ``prune_wait_s`` (rank 0 then waits after each epoch for the driver's
+verdict in the run's folder), and :meth:`watch` tells the loop where that folder is.
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ from typing import Any, Callable, Dict, Optional
 
 from sparktrain.config import JobConfig, TrainConfig
 from sparktrain.errors import ConfigError
-from sparktrain.tune._loop import TrialOutcome
+from sparktrain.tune._loop import TrialOutcome, Watch
 from sparktrain.tune._trial import RESULT_SCHEMA, make_trial_task, train_single
 
 log = logging.getLogger(__name__)
+
+#: how long rank 0 waits for the driver's verdict after an epoch (the driver polls every 0.1 s)
+PRUNE_WAIT_S = 10.0
 
 
 def run_task(spark, call: Callable[[], Any], metric: str = "loss") -> TrialOutcome:
@@ -60,10 +67,11 @@ class _TrainingPlan:
     the trial's params, so trials and ``fit`` can never resolve inputs differently.
     """
 
-    def __init__(self, spark, cfg: JobConfig, dataset_path: str, prefix: str) -> None:
+    def __init__(self, spark, cfg: JobConfig, dataset_path: str, prefix: str, pruning: bool = False) -> None:
         if cfg.train is None:
             raise ConfigError("train", None, "tuning needs a train: section to start from")
         self.cfg, self.dataset_path, self.prefix = cfg, os.fspath(dataset_path), prefix
+        self.pruning = pruning
         self.label = cfg.data.label
         base = self.plan({}, f"{prefix}-plan")
         self.train_path, self.val_path, self.inputs = base.train_path, base.val_path, base.inputs
@@ -86,7 +94,22 @@ class _TrainingPlan:
     def single_plan(self, params: Dict[str, Any], run_id: str):
         """The trial's plan with ``world_size = 1`` (DDP/Horovod are pointless for one worker)."""
         plan = self.plan(params, run_id, num_workers=1, backend="auto")
-        return replace(plan, spec=replace(plan.spec, num_workers=1, progress_address=None))
+        return replace(plan, spec=self.trial_spec(replace(plan.spec.with_workers(1), progress_address=None)))
+
+    def trial_spec(self, spec: Any) -> Any:
+        """``spec`` with the pruning hook switched on when the search prunes."""
+        return replace(spec, prune_wait_s=PRUNE_WAIT_S) if self.pruning else spec
+
+    def run_id(self, number: int) -> str:
+        """Trial ``number``'s run id (its folder in the store)."""
+        return f"{self.prefix}-t{number:03d}"
+
+    def watch(self, number: int, params: Dict[str, Any]) -> Watch:
+        """Where trial ``number`` logs its epochs (the run's folder) and how many it plans."""
+        from sparktrain.data.run_store import RunStore
+
+        epochs = int(params.get("epochs", self.cfg.train.epochs if self.cfg.train else 1))
+        return Watch(RunStore(self.cfg.train.store if self.cfg.train else "work/store", self.run_id(number)), epochs)
 
     def single_spec(self, params: Dict[str, Any], run_id: str):
         """A ``world_size = 1`` WorkerSpec."""
@@ -101,7 +124,7 @@ class _TrainingPlan:
         from sparktrain.train import preflight
 
         spec = self.single_spec({}, f"{self.prefix}-preflight")
-        preflight.run_all(spark, replace(spec, num_workers=num_workers))
+        preflight.run_all(spark, spec.with_workers(num_workers))
 
 
 class SingleTaskRunner:
@@ -110,10 +133,13 @@ class SingleTaskRunner:
     def __init__(self, spark, plan: _TrainingPlan) -> None:
         self.spark, self.plan = spark, plan
 
+    def watch(self, number: int, params: Dict[str, Any]) -> Watch:
+        return self.plan.watch(number, params)
+
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train.plan import record_run
 
-        plan = self.plan.single_plan(params, f"{self.plan.prefix}-t{number:03d}")
+        plan = self.plan.single_plan(params, self.plan.run_id(number))
         record_run(plan)  # the trial's folder in the store is a recorded run, as a fit's is
         outcome = run_task(self.spark, functools.partial(train_single, plan.spec))
         if outcome.error is None and outcome.model is not None:
@@ -127,12 +153,27 @@ class DistributedRunner:
     def __init__(self, spark, plan: _TrainingPlan) -> None:
         self.spark, self.plan = spark, plan
 
+    def watch(self, number: int, params: Dict[str, Any]) -> Watch:
+        return self.plan.watch(number, params)
+
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
-        run_id = f"{self.plan.prefix}-t{number:03d}"
-        est = self.plan.estimator(params, run_id)
-        est.show_progress = False
+        from sparktrain.train import plan as plan_mod
+        from sparktrain.train import preflight
+        from sparktrain.train.launcher import launch
+
+        est = self.plan.estimator(params, self.plan.run_id(number))
         t0 = time.perf_counter()
-        model = est.fit(self.plan.dataset_path)
+        plan = est.plan(self.plan.dataset_path)  # what est.fit runs, with the trial's spec
+        spec = self.plan.trial_spec(plan.spec)
+        try:
+            preflight.run_all(self.spark, spec)
+            plan_mod.record_run(plan)
+        except BaseException:
+            plan_mod.discard(spec.store, plan.run_id)
+            raise
+        result = launch(self.spark, spec, show_bar=False)
+        model = est.model_from_plan(plan, result.model_bytes, result.history)
+        model.launch = result
         history = list(model.history)
         last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
         return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0)

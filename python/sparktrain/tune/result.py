@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-#: Trial statuses, named as MLflow names run statuses.
-FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+#: Trial statuses, named as MLflow names run statuses; PRUNED (stopped early by the pruner) is Optuna's.
+FINISHED, FAILED, KILLED, PRUNED = "FINISHED", "FAILED", "KILLED", "PRUNED"
 
 _MAXIMIZE_HINTS = ("auc", "accuracy", "acc", "f1", "precision", "recall", "r2")
 
@@ -28,9 +28,10 @@ class TrialRecord:
     params : dict
         The ``train.*`` values the trial used.
     status : str
-        ``FINISHED``, ``FAILED`` (the objective raised) or ``KILLED`` (timed out and cancelled).
+        ``FINISHED``, ``PRUNED`` (stopped early by ``tune.pruner``), ``FAILED`` (the objective
+        raised) or ``KILLED`` (timed out and cancelled).
     metric : float or None
-        The searched metric (``tune.metric``) of the trial's final epoch.
+        The searched metric (``tune.metric``) of the trial's final epoch (of its last one when pruned).
     metrics : dict
         Every final metric the trial reported.
     error : str or None
@@ -43,6 +44,14 @@ class TrialRecord:
         The Spark job group of the trial's jobs (cancelled on timeout).
     run_id : str or None
         The MLflow child run.
+    history : tuple of dict
+        One dict of metrics per epoch trained.
+    traceback : str or None
+        The failure's traceback.
+    epochs : int
+        Epochs the trial trained (fewer than planned when pruned; 0 for a custom objective).
+    end_s : float
+        When its result reached the driver, in seconds since the search started (time to a good model).
     """
 
     number: int
@@ -57,6 +66,8 @@ class TrialRecord:
     run_id: Optional[str] = None
     history: Tuple[Dict[str, float], ...] = ()
     traceback: Optional[str] = None
+    epochs: int = 0
+    end_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,12 +97,20 @@ class SearchResult:
         Trials that ran at once.
     stopped_early : bool
         Whether ``tune.early_stop_trials`` ended the search.
+    seconds : float
+        Wall time of the search.
     parent_run_id : str or None
         MLflow run holding the trials as child runs.
     model_version : str or None
         Registered model version of the best trial.
     model_champion : bool
         Whether the alias ``champion`` moved to that version (only when it beats the holder).
+    engine : str
+        ``hyperopt`` or ``optuna``.
+    study : str or None
+        The Optuna study's name (it persists; a rerun continues it).
+    previous_trials : int
+        Trials the continued study held before this search (they are not in ``trials``).
     """
 
     trials: Tuple[TrialRecord, ...]
@@ -109,33 +128,42 @@ class SearchResult:
     parent_run_id: Optional[str] = None
     model_version: Optional[str] = None
     model_champion: bool = False
+    engine: str = "hyperopt"
+    study: Optional[str] = None
+    previous_trials: int = 0
 
     def table(self) -> List[Dict[str, Any]]:
         """Rows of plain values (``pandas.DataFrame(result.table())`` for a frame)."""
         return [{"trial": t.number, "status": t.status, self.metric: t.metric, "seconds": round(t.seconds, 3),
-                 **{f"param.{k}": v for k, v in t.params.items()}, "error": t.error, "run_id": t.run_id}
+                 "epochs": t.epochs, **{f"param.{k}": v for k, v in t.params.items()}, "error": t.error,
+                 "run_id": t.run_id}
                 for t in self.trials]
 
 
 def format_trials(result: SearchResult, max_error: int = 60) -> str:
-    """A plain-text table of the trials, best marked with ``*``."""
+    """A plain-text table of the trials, best marked with ``*`` (``epochs``: how many each trained)."""
     keys = sorted({k for t in result.trials for k in t.params})
     best = result.best_number
-    header = ["", "trial", "status", result.metric, "seconds", *keys, "error"]
+    header = ["", "trial", "status", result.metric, "seconds", "epochs", *keys, "error"]
     rows = []
     for t in result.trials:
         metric = "-" if t.metric is None else f"{t.metric:.5g}"
         params = [_fmt(t.params.get(k, "")) for k in keys]
         error = (t.error or "").splitlines()[0][:max_error] if t.error else ""
         rows.append(["*" if t.number == best else "", str(t.number), t.status, metric, f"{t.seconds:.1f}",
-                     *params, error])
+                     str(t.epochs) if t.epochs else "-", *params, error])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     done = sum(t.status == FINISHED for t in result.trials)
-    summary = (f"{len(result.trials)} trials ({done} finished), mode {result.mode}, {result.concurrency} at a "
+    pruned = sum(t.status == PRUNED for t in result.trials)
+    summary = (f"{len(result.trials)} trials ({done} finished" + (f", {pruned} pruned" if pruned else "")
+               + f"), {result.engine}, mode {result.mode}, {result.concurrency} at a "
                f"time, {result.seconds:.1f} s; best {result.metric} = {result.best_metric:.5g} "
                f"({result.goal}imize) at trial {best}")
+    if result.study:
+        summary += f"; study {result.study}" + (f" (continued: {result.previous_trials} earlier trials)"
+                                                 if result.previous_trials else "")
     if result.stopped_early:
         summary += "; stopped early (no improvement)"
     if result.test_metrics:

@@ -4,11 +4,15 @@
 model from the materialized Parquet (by path), ``tune.parallelism`` trials at
 a time, each its own small Spark job in its own job group.  ``tune.mode:
 distributed`` runs each trial as a barrier-mode fit of ``train.num_workers``
-workers, as many trials at once as the slots allow.  Both feed Hyperopt
-(TPE or random) result by result, stop early after ``tune.early_stop_trials``
+workers, as many trials at once as the slots allow.  Both feed the engine
+(``tune.engine``: Hyperopt TPE/random, or an Optuna study with TPE, random or
+CMA-ES) result by result, prune trials from their per-epoch metrics
+(``tune.pruner``, Optuna), stop early after ``tune.early_stop_trials``
 trials without improvement, cancel a trial's Spark jobs past
 ``tune.trial_timeout_s``, log each trial as an MLflow child run and register
-the best model with the alias ``champion``.
+the best model with the alias ``champion``.  An Optuna study persists (a
+journal file under ``train.store``, or ``tune.storage``): rerunning the same
+search continues it.
 
 Examples
 --------
@@ -31,8 +35,9 @@ from sparktrain._internal import spark_compat
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError, TuneError
 from sparktrain.features.load import Embedded
+from sparktrain.tune._engines import check_pruning, check_sampler, make_engine
 from sparktrain.tune._loop import Listener, SearchLoop
-from sparktrain.tune.result import FINISHED, SearchResult, TrialRecord, format_trials, goal_of
+from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, SearchResult, TrialRecord, format_trials, goal_of
 from sparktrain.tune.space import compile_space, describe
 
 log = logging.getLogger(__name__)
@@ -90,6 +95,8 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     tune: TuneConfig = cfg.tune
     space = compile_space(tune.space)
     goal = goal_of(tune.metric)
+    check_pruning(tune, cfg, space, objective=objective is not None)
+    check_sampler(tune, space)
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
     mode = "objective" if objective is not None else tune.mode
     tracker = None
@@ -101,12 +108,16 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     failed = True
     try:
         runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
-        log.info("tuning %s over %s: %d trials, mode %s, %d at a time, algo %s (%simize %s)", cfg.name,
-                 describe(space), tune.max_trials, mode, concurrency, tune.algo, goal, tune.metric)
-        loop = SearchLoop(spark, space, runner, metric=tune.metric, goal=goal, max_trials=tune.max_trials,
-                          concurrency=concurrency, algo=tune.algo, seed=(cfg.train.seed if cfg.train else 0),
-                          early_stop_trials=tune.early_stop_trials, timeout_s=tune.trial_timeout_s,
-                          listener=tracker or Listener(), prefix=prefix)
+        engine = make_engine(space, cfg, goal, seed=(cfg.train.seed if cfg.train else 0), dataset_path=dataset_path,
+                             tracking_uri=tracking_uri)
+        to_run = tune.max_trials - engine.previous
+        log.info("tuning %s over %s: %d trials, mode %s, %d at a time, %s %s%s (%simize %s)", cfg.name,
+                 describe(space), to_run, mode, concurrency, tune.engine, tune.effective_sampler,
+                 f", pruner {tune.pruner}" if tune.pruner != "none" else "", goal, tune.metric)
+        loop = SearchLoop(spark, space, runner, metric=tune.metric, goal=goal, max_trials=to_run,
+                          concurrency=concurrency, early_stop_trials=tune.early_stop_trials,
+                          timeout_s=tune.trial_timeout_s, listener=tracker or Listener(), prefix=prefix,
+                          engine=engine)
         records = _with_run_ids(loop.run(), tracker)
         if loop.best is None:
             raise TuneError(_all_failed_message(records))
@@ -120,11 +131,12 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
             trials=tuple(records), best_params=dict(best_record.params), best_metric=float(best_record.metric),
             best_number=best_record.number, best_model=model, test_metrics=test, metric=tune.metric, goal=goal,
             mode=mode, concurrency=concurrency, stopped_early=loop.stopped_early,
-            seconds=time.perf_counter() - t0, parent_run_id=tracker.parent_run_id if tracker else None)
+            seconds=time.perf_counter() - t0, parent_run_id=tracker.parent_run_id if tracker else None,
+            engine=engine.name, study=getattr(engine, "study_name", None), previous_trials=engine.previous)
         if tracker is not None:
             settings = {"mode": mode, "max_trials": tune.max_trials, "parallelism": concurrency,
                         "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
-                        "trial_timeout_s": tune.trial_timeout_s}
+                        "trial_timeout_s": tune.trial_timeout_s, **engine.settings()}
             tracker.log_summary(records, tune.metric, goal, settings, best_run_id=best_record.run_id, test=test)
             if (model is not None and dataset_path is not None and best_record.run_id
                     and (cfg.tracking.register if register is None else register)):
@@ -169,7 +181,7 @@ def _make_runner(spark, cfg: JobConfig, dataset_path: Optional[str], objective: 
                                                "preprocess CONFIG` first or pass dataset_path")
     from sparktrain.tune._training import DistributedRunner, SingleTaskRunner, _TrainingPlan
 
-    plan = _TrainingPlan(spark, cfg, dataset_path, prefix)
+    plan = _TrainingPlan(spark, cfg, dataset_path, prefix, pruning=tune.engine == "optuna" and tune.pruner != "none")
     if tune.mode == "single":
         plan.preflight(spark, 1)
         return SingleTaskRunner(spark, plan), _capped(tune.parallelism, slots, 1)
@@ -222,4 +234,5 @@ def _all_failed_message(records) -> str:
                                                   if first.traceback else ""))
 
 
-__all__ = ["run_search", "tune_stage", "format_trials", "SearchResult", "TrialRecord", "FINISHED"]
+__all__ = ["run_search", "tune_stage", "format_trials", "SearchResult", "TrialRecord", "FINISHED", "PRUNED", "FAILED",
+           "KILLED"]

@@ -61,8 +61,13 @@ class KerasAdapter(Adapter):
     def __init__(self, spec: WorkerSpec, ctx: WorkerContext) -> None:
         import tensorflow as tf
 
+        import keras
+
         self.spec, self.ctx, self.tf = spec, ctx, tf
-        _configure_tf(tf, spec, ctx)
+        _configure_tf(tf, spec, ctx)  # before anything starts TensorFlow's runtime
+        keras.backend.clear_session()  # this Python worker may have trained before
+        keras.mixed_precision.set_dtype_policy(_POLICY[spec.optim.precision])
+        keras.utils.set_random_seed(spec.optim.seed)  # before the Loop restores a checkpoint's RNG states
         self.coll = Collectives("ddp", ctx.world_size)
         self._init_collectives()
         self.task = spec.inputs.task
@@ -80,9 +85,6 @@ class KerasAdapter(Adapter):
         import keras
 
         tf, spec = self.tf, self.spec
-        keras.backend.clear_session()  # this Python worker may have trained before
-        keras.mixed_precision.set_dtype_policy(_POLICY[spec.optim.precision])
-        keras.utils.set_random_seed(spec.optim.seed)
         with self._scope():
             if spec.model_factory:
                 import cloudpickle
@@ -169,15 +171,16 @@ class KerasAdapter(Adapter):
             total.set_shape(flat.shape)
             return total
 
-        @tf.function(input_signature=sig)
+        # autograph=False: no tensor-dependent Python control flow here, nothing for AutoGraph to convert
+        @tf.function(input_signature=sig, autograph=False)
         def fused(*args: Any) -> Any:  # one micro-batch per step: gradients, their sum over the ranks, the update
             flat, loss_sum, logits = flat_grads(*args)
             apply(summed(flat))
             return loss_sum, logits
 
         self._fused = fused
-        self._grads = tf.function(flat_grads, input_signature=sig)
-        self._apply = tf.function(lambda flat: apply(summed(flat)))
+        self._grads = tf.function(flat_grads, input_signature=sig, autograph=False)
+        self._apply = tf.function(lambda flat: apply(summed(flat)), autograph=False)
 
     def _sync_initial(self) -> None:
         _sync_weights(self.model, self.coll)
@@ -264,7 +267,8 @@ class MwmsAdapter(KerasAdapter):
             self.optimizer.apply_gradients(pairs)  # the strategy all-reduces them
             return loss_sum, logits
 
-        self._fused = self.tf.function(lambda *args: strategy.run(step_fn, args=args), input_signature=self.sig)
+        self._fused = self.tf.function(lambda *args: strategy.run(step_fn, args=args), input_signature=self.sig,
+                                       autograph=False)
 
     def _sync_initial(self) -> None:
         """The strategy's variables start equal on every worker."""

@@ -132,7 +132,7 @@ class Adapter:
 
 
 class Hook:
-    """Called by :meth:`Loop.run` on every rank; subclass what you need."""
+    """Called by :meth:`Loop.run`: ``on_step`` on every rank, ``on_epoch`` on rank 0; subclass what you need."""
 
     def on_step(self, epoch: int, step: int, steps: int) -> None:
         """After each optimizer step (``step`` of ``steps`` done in this epoch)."""
@@ -173,6 +173,7 @@ class Loop:
         self.seq = self.resume.seq
         self.best = self.resume.best
         self._last_ckpt = time.monotonic()
+        self._waited = 0.0
         self._trace = _Trace.from_env(ctx, spec)
         self.beat = Heartbeat(ctx.reporter)
         if ctx.rank == 0:
@@ -203,7 +204,7 @@ class Loop:
             adapter.train_mode(True)
             train_state = self.start_state(epoch, task)
             window = np.zeros(2)
-            for k, ((x_num, x_cat, y), ids) in enumerate(batches):
+            for k, ((x_num, x_cat, y), ids) in enumerate(_timed(batches, self._add_wait)):
                 done = first + k + 1
                 self.beat.set_phase("compute")
                 maybe_inject_fault(ctx, epoch, first + k)
@@ -233,7 +234,9 @@ class Loop:
             metrics = M.finalize(self.allreduce(train_state), task, prefix="train_")
             if spec.val_path:
                 metrics.update(self.validate(adapter, spec.val_path))
+            waited, self._waited = self._waited, 0.0
             metrics["samples_per_s"] = (steps - first) * self.batch * ctx.world_size / max(train_time, 1e-9)
+            metrics["input_wait_share"] = waited / max(train_time, 1e-9)  # rank 0's share of the epoch spent reading
             metrics["epoch_time_s"] = time.perf_counter() - t0
             history.append({"epoch": epoch, **metrics})
             self.checkpoint(epoch + 1, [], None, history, adapter.state, metrics=metrics)
@@ -249,6 +252,9 @@ class Loop:
         self.close()
         adapter.close()
         return result
+
+    def _add_wait(self, seconds: float) -> None:
+        self._waited += seconds
 
     def micro_batches(self, x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray) -> List[Arrays]:
         """A step's rows as micro-batches of at most ``batch_size`` rows (one when not accumulating)."""
@@ -381,6 +387,19 @@ class Loop:
         self.beat.close()
         if self._trace:
             self._trace.close()
+
+
+def _timed(items: Any, add: Callable[[float], None]) -> Any:
+    """Yield from ``items``, adding the seconds each ``next`` took."""
+    it = iter(items)
+    while True:
+        t = time.perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        add(time.perf_counter() - t)
+        yield item
 
 
 def _micro_fault(ctx: WorkerContext, epoch: int, step: int, micro: int) -> None:

@@ -140,6 +140,8 @@ class WorkerSpec:
     env: Dict[str, str] = field(default_factory=dict)
     python: Optional[str] = None               # interpreter for subprocess workers (Keras under MWMS)
     launch_id: str = ""                        # one fit() call (its Spark retries share it)
+    prune_wait_s: Optional[float] = None       # a pruned search's trial: after each epoch rank 0 waits up to
+                                               # this long for the driver's verdict (control.PruneHook)
 
     @property
     def num_workers(self) -> int:

@@ -117,12 +117,19 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 
 def train_rank(spec: WorkerSpec, ctx: WorkerContext, peers: list) -> Dict[str, Any]:
-    """Train this rank: torch and Keras (gloo) in this Python worker, Keras under MWMS in a child process."""
+    """Train this rank: torch and Keras (gloo) in this Python worker, Keras under MWMS in a child process.
+
+    The loop's hooks come from the spec (:func:`~sparktrain.train._executor.control.hooks_for`: a
+    pruned search's trial stops when the driver says so).
+    """
+    from sparktrain.train._executor.control import hooks_for
+
+    hooks = hooks_for(spec, ctx)
     if spec.framework == "torch":
         from sparktrain.train._executor import torch_worker
-        return torch_worker.train(spec, ctx)
+        return torch_worker.train(spec, ctx, hooks)
     if spec.backend == "mwms":
         from sparktrain.train._executor import keras_launch
         return keras_launch.train_in_subprocess(spec, ctx, peers)
     from sparktrain.train._executor import keras_worker
-    return keras_worker.train(spec, ctx)
+    return keras_worker.train(spec, ctx, hooks)

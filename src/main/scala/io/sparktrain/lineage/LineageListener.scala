@@ -123,7 +123,7 @@ object LineageListener {
   private[lineage] def record(funcName: String, session: String, plan: LogicalPlan, millis: Long): Unit = {
     val inputs = mutable.LinkedHashMap.empty[String, () => JValue]
     val outputs = mutable.ArrayBuffer.empty[JValue]
-    plan.foreachWithSubqueries {
+    foreachWithSubqueries(plan) {
       case r: LogicalRelation =>
         val table = r.catalogTable.map(_.identifier.unquotedString)
         r.relation match {
@@ -162,6 +162,11 @@ object LineageListener {
       }
     }
   }
+
+  /** Every node of `plan` and, right after each node, of its subqueries: `QueryPlan.foreachWithSubqueries` of
+   * Spark 4, which Spark 3.5 lacks (the same jar sources build for Scala 2.12 / Spark 3.5 and 2.13 / Spark 4). */
+  private def foreachWithSubqueries(plan: LogicalPlan)(f: LogicalPlan => Unit): Unit =
+    plan.foreach { node => f(node); node.subqueries.foreach(foreachWithSubqueries(_)(f)) }
 
   private def formatName(format: AnyRef): String = format match {
     case d: DataSourceRegister => d.shortName()

@@ -17,7 +17,7 @@ import pytest
 
 from sparktrain.errors import ConfigError, DataError, MissingColumnError, RunMismatchError, SchemaError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _two_tasks(spark, n: int = 3000):
@@ -110,7 +110,7 @@ def test_bad_labels_are_refused_before_any_barrier_stage(spark, tmp_path):
     est = _est(tmp_path)
     with pytest.raises(MissingColumnError, match="column 'label' is not in the DataFrame passed to fit"):
         est.fit(base)
-    # preprocess's label policy and errors (sparktrain.features.label): tests/test_label_policy.py
+    # preprocess's label policy and errors (sparktrain.features.label): tests/features/test_label_policy.py
     with pytest.raises(DataError, match=r"label column 'label' \(data.label / labelCol\) has a single class, 'yes'"):
         est.fit(base.withColumn("label", F.lit("yes")))
     with pytest.raises(SchemaError, match=r"has type map<string,int>, which a model cannot learn"):

@@ -16,7 +16,7 @@ from sparktrain.cli import main
 from sparktrain.config import load_config
 from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FLIGHTS_YAML = REPO / "conf" / "flights.yaml"
 MISSING_SOURCE = "/nonexistent/sparktrain/raw.parquet"  # never read: each refusal comes first
 

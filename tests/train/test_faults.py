@@ -129,7 +129,7 @@ def test_a_model_over_max_result_size_trains_and_registers(tmp_path):
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     script = _BIG_MODEL.format(python=str(repo / "python"), base=str(tmp_path))
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 _DISCOVERY = """#!/bin/bash
 # a different fake GPU address for every Worker that asks: 3, 5, 7, ...

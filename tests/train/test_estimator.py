@@ -15,7 +15,7 @@ import pytest
 from sparktrain.errors import (ConfigError, MissingColumnError, MissingDependencyError, PreflightError,
                                TrainingError)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _synthetic(spark, n: int, seed: int = 1):

@@ -13,7 +13,7 @@ import pytest
 from sparktrain.config import load_config
 from sparktrain.errors import DataError, DatasetExistsError, MissingColumnError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cfg(path, source=None, features=None, **output):

@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCALE = 24
 HEAP_MB = 512
 RAW_ROWS = 327_346

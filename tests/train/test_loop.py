@@ -288,7 +288,7 @@ def test_bf16_on_cpu_trains_flights_to_within_001_auc_of_fp32(spark, flights_sam
     from sparktrain.train.evaluate import evaluate_model
     from sparktrain.train.estimator import TorchEstimator
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     source = os.path.dirname(flights_sample.inputFiles()[0].replace("file://", ""))
     cfg = load_config(repo / "conf" / "flights.yaml", overrides=[
         f"data.source={source}", "data.scale=1", f"output.path={tmp_path / 'ds'}", "tracking.enabled=false"])

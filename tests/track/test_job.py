@@ -25,7 +25,7 @@ import yaml
 
 from sparktrain.errors import MissingColumnError, ModelNotFoundError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 2
 MODEL = "flights-late-e2e"
 EXPERIMENT = "sparktrain-e2e"

@@ -16,7 +16,7 @@ import yaml
 
 from sparktrain.errors import ModelNotFoundError, TrackingError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("key, secret", [

@@ -116,7 +116,7 @@ def test_materialize_stores_its_sources_in_features_json(spark, recorder_cls, fl
     from sparktrain.jvm import local_path
 
     sample = os.path.dirname(local_path(flights_sample.inputFiles()[0]))
-    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "conf", "flights.yaml"))
+    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "..", "conf", "flights.yaml"))
     cfg = replace(cfg, data=replace(cfg.data, source=sample, format="parquet"),
                   output=replace(cfg.output, path=str(tmp_path / "dataset")))
     result = materialize(spark, cfg)
@@ -136,7 +136,7 @@ def test_materialize_of_a_dataframe_names_its_source_not_the_staging_copy(spark,
     from sparktrain.jvm import local_path
 
     sample = os.path.dirname(local_path(flights_sample.inputFiles()[0]))
-    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "conf", "flights.yaml"))
+    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "..", "conf", "flights.yaml"))
     cfg = replace(cfg, output=replace(cfg.output, path=str(tmp_path / "dataset")))
     result = materialize(spark, cfg, spark.read.parquet(sample))  # a DataFrame: staged to staged_input/ first
     assert [(s["format"], s["paths"]) for s in result.features["dataset"]["sources"]] == [

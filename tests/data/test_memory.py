@@ -77,7 +77,7 @@ def test_peak_rss_is_bounded_and_flat(big_dataset):
     size_mib = os.path.getsize(os.path.join(path, "part-0.parquet")) / 2**20
     working_set_mib = (3 * ROW_GROUP + 3 * 8192) * COLS * 4 / 2**20
     assert size_mib > 5 * working_set_mib and size_mib > 290
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     out = subprocess.run([sys.executable, "-c", _SCRIPT, path], capture_output=True, text=True, env=env,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr

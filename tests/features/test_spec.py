@@ -11,7 +11,7 @@ from sparktrain.errors import ConfigError
 from sparktrain.features.compile import plan_features, source_columns
 from sparktrain.features.spec import parse_features
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_output_columns_follow_the_naming_rules():

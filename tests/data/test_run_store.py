@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sparktrain.data.run_store import RUN_FILE, RunStore, Store
 
-PACKAGE = Path(__file__).resolve().parents[1] / "python" / "sparktrain"
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "sparktrain"
 
 
 def test_names_of_a_run_for_a_local_path_and_a_uri(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRAIN_ROWS = 3200  # 2 ranks x 25 steps x 64 rows: no shard wraps, so every row once per epoch
 
 _SCRIPT = r"""

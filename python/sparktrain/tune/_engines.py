@@ -1,0 +1,432 @@
+"""The search engines behind the driver's ask/tell loop: Hyperopt and Optuna.
+
+Both are driven the same way by :class:`sparktrain.tune._loop.SearchLoop`, on
+the driver only (nothing of either runs on an executor, so both work over
+Spark Connect)::
+
+    asked = engine.ask()                       # (number, handle, train params), or None when exhausted
+    prune = engine.report(handle, epoch, x)    # Optuna: a per-epoch metric; True when the pruner says stop
+    engine.tell(handle, status, metric)        # FINISHED / PRUNED / FAILED / KILLED
+
+:class:`OptunaEngine` keeps its study in persistent storage (a journal file
+under ``train.store`` by default, or ``tune.storage``), so a restarted search
+loads the same study and goes on from the trials it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+from typing import Any, Dict, Literal, Optional, Tuple
+
+import numpy as np
+
+from sparktrain.config import JobConfig, TuneConfig
+from sparktrain.errors import ConfigError
+from sparktrain.tune.result import FINISHED, PRUNED
+from sparktrain.tune.space import CompiledSpace, max_value
+
+log = logging.getLogger(__name__)
+
+#: where a study's journal lives under ``train.store`` by default
+STUDIES_DIR = "_studies"
+
+
+class Engine:
+    """What the search loop asks of an engine (see the module docstring)."""
+
+    name = ""
+    #: whether :meth:`report` can ask to stop a trial
+    prunes = False
+    #: trials the (continued) study held before this search
+    previous = 0
+
+    def ask(self) -> Optional[Tuple[int, Any, Dict[str, Any]]]:
+        """``(trial number, 1-based; handle; train params)``, or None when the engine has nothing left."""
+        raise NotImplementedError
+
+    def report(self, handle: Any, epoch: int, value: float) -> bool:
+        """Tell the engine the metric after ``epoch`` (0-based); True when the trial should stop."""
+        return False
+
+    def tell(self, handle: Any, status: str, metric: Optional[float], error: Optional[str] = None) -> None:
+        """The trial ended with ``status`` (``metric`` is None unless it finished or was pruned)."""
+        raise NotImplementedError
+
+    def settings(self) -> Dict[str, Any]:
+        """What to log on the search's MLflow run."""
+        return {"engine": self.name}
+
+
+# ---- Hyperopt ------------------------------------------------------------------------------------------------
+
+class HyperoptEngine(Engine):
+    """Hyperopt's TPE or random search over ``hyperopt.Domain``/``Trials``, asked one point at a time.
+
+    Parameters
+    ----------
+    space : CompiledSpace
+        The search space.
+    goal : {"min", "max"}
+        Hyperopt minimizes; a maximized metric is told negated.
+    algo : {"tpe", "random"}
+        The suggestion algorithm.
+    seed : int
+        Seeds it.
+    """
+
+    name = "hyperopt"
+
+    def __init__(self, space: CompiledSpace, goal: str, algo: str = "tpe", seed: int = 0) -> None:
+        from hyperopt import Domain, Trials, rand, tpe
+
+        self.space, self.goal, self.algo_name = space, goal, algo
+        self.algo = tpe.suggest if algo == "tpe" else rand.suggest
+        self.rstate = np.random.default_rng(seed)
+        self.domain = Domain(lambda _: 0.0, space.hyperopt)
+        self.trials = Trials()
+
+    def ask(self) -> Optional[Tuple[int, Any, Dict[str, Any]]]:
+        from hyperopt import JOB_STATE_RUNNING, space_eval
+        from hyperopt.utils import coarse_utcnow
+
+        new_ids = self.trials.new_trial_ids(1)
+        self.trials.refresh()
+        docs = self.algo(new_ids, self.domain, self.trials, int(self.rstate.integers(2 ** 31 - 1)))
+        if not docs:
+            return None
+        self.trials.insert_trial_docs(docs)
+        self.trials.refresh()
+        doc = self._doc(new_ids[0])
+        doc["state"] = JOB_STATE_RUNNING
+        doc["book_time"] = doc["refresh_time"] = coarse_utcnow()
+        point = {k: v[0] for k, v in doc["misc"]["vals"].items() if len(v)}
+        tid = doc["tid"]
+        return tid + 1, tid, self.space.to_train_params(space_eval(self.space.hyperopt, point))
+
+    def tell(self, handle: Any, status: str, metric: Optional[float], error: Optional[str] = None) -> None:
+        from hyperopt import JOB_STATE_DONE, STATUS_FAIL, STATUS_OK
+        from hyperopt.utils import coarse_utcnow
+
+        doc = self._doc(handle)
+        doc["state"] = JOB_STATE_DONE  # failed trials stay visible to the algo, with status 'fail'
+        if status == FINISHED and metric is not None:
+            doc["result"] = {"status": STATUS_OK, "loss": metric if self.goal == "min" else -metric}
+        else:
+            doc["result"] = {"status": STATUS_FAIL, "error": error or status.lower()}
+        doc["refresh_time"] = coarse_utcnow()
+        self.trials.refresh()
+
+    def _doc(self, tid: int) -> Dict[str, Any]:
+        return next(d for d in reversed(self.trials._dynamic_trials) if d["tid"] == tid)
+
+    def settings(self) -> Dict[str, Any]:
+        return {"engine": self.name, "sampler": self.algo_name}
+
+
+# ---- Optuna --------------------------------------------------------------------------------------------------
+
+def max_epochs(tune: TuneConfig, cfg: JobConfig, space: CompiledSpace) -> int:
+    """The most epochs any trial trains (``train.epochs``, or the space's largest ``epochs``)."""
+    from_space = max_value(space, "epochs")
+    base = cfg.train.epochs if cfg.train is not None else 1
+    return int(from_space) if from_space is not None else base
+
+
+def min_trials(tune: TuneConfig, epochs: int) -> int:
+    """The fewest trials with which ``tune.pruner`` can stop any trial (1 for ``none``).
+
+    * ``median``: the first ``pruner_startup_trials`` trials always run to the end; the next one can be pruned.
+    * ``asha``: a rung keeps the best ``1 / reduction_factor`` of the trials that reached it, so it needs
+      ``reduction_factor`` trials.
+    * ``hyperband``: one full round of its brackets (each an ASHA with a later first rung).
+    """
+    eta, low = tune.reduction_factor, tune.pruner_min_epochs
+    if tune.pruner == "median":
+        return tune.pruner_startup_trials + 1
+    if tune.pruner == "asha":
+        return eta
+    if tune.pruner == "hyperband":
+        brackets = math.floor(math.log(max(epochs, low) / low, eta) + 1e-9) + 1
+        return sum(math.ceil(brackets * eta ** (brackets - 1 - b) / (brackets - b)) for b in range(brackets))
+    return 1
+
+
+def check_pruning(tune: TuneConfig, cfg: JobConfig, space: CompiledSpace, objective: bool) -> None:
+    """Refuse a pruner that cannot work here, before any compute.
+
+    Raises
+    ------
+    ConfigError
+        A pruner with a custom objective (no epochs), with Keras under MWMS (its
+        child process has no epoch hook), with trials too short to be stopped,
+        or with ``max_trials`` below :func:`min_trials`.
+    """
+    if tune.pruner == "none":
+        return
+    if objective:
+        raise ConfigError("tune.pruner", tune.pruner, "a custom objective reports no per-epoch metrics to prune "
+                                                      "on; set tune.pruner: none, or tune the training itself")
+    if cfg.train is not None and cfg.train.framework == "keras" and cfg.train.backend == "mwms":
+        raise ConfigError("tune.pruner", tune.pruner, "Keras under MWMS trains in a child process without the "
+                                                      "per-epoch hook pruning uses; use train.backend: gloo, or "
+                                                      "tune.pruner: none")
+    epochs = max_epochs(tune, cfg, space)
+    if epochs <= tune.pruner_min_epochs:
+        raise ConfigError("tune.pruner", tune.pruner,
+                          f"trials train at most {epochs} epoch(s) and tune.pruner_min_epochs = "
+                          f"{tune.pruner_min_epochs}, so no trial could be stopped early; train more epochs "
+                          "(train.epochs or an epochs range in tune.space), or set tune.pruner: none")
+    need = min_trials(tune, epochs)
+    if tune.max_trials < need:
+        raise ConfigError("tune.max_trials", tune.max_trials,
+                          f"tune.pruner: {tune.pruner} needs at least {need} trials to stop any "
+                          f"(reduction_factor {tune.reduction_factor}, pruner_startup_trials "
+                          f"{tune.pruner_startup_trials}, up to {epochs} epochs); raise tune.max_trials to "
+                          f"{need} or more, or set tune.pruner: none")
+
+
+def check_sampler(tune: TuneConfig, space: CompiledSpace) -> None:
+    """CMA-ES needs two or more numeric keys that every trial samples; choices fall back (logged)."""
+    if tune.effective_sampler != "cmaes":
+        return
+    numeric = space.numeric_labels()
+    if len(numeric) < 2:
+        raise ConfigError("tune.sampler", "cmaes",
+                          f"CMA-ES models two or more numeric keys (uniform, loguniform, quniform, qloguniform, "
+                          f"int) outside choices and groups; this space has {len(numeric)} "
+                          f"({', '.join(numeric) or 'none'}); use tune.sampler: tpe")
+    other = space.categorical_labels()
+    if other:
+        log.warning("tune.sampler: cmaes models %s; CMA-ES cannot use %s (choices, groups and keys only some "
+                    "branches set): Optuna's TPE samples those", ", ".join(numeric), ", ".join(other))
+
+
+def study_name(cfg: JobConfig, dataset_path: Optional[str]) -> str:
+    """``tune.study``, else ``<job name>-<hash of what defines the search>``.
+
+    The hash covers the space, metric, sampler, pruner and its settings, the
+    mode, the ``train:`` section and the dataset path: rerunning the same
+    config continues its study, a changed search starts a new one.
+    """
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]
+    if tune.study:
+        return tune.study
+    from sparktrain._internal.typed_build import to_dict
+
+    defining = {"space": tune.space, "metric": tune.metric, "sampler": tune.effective_sampler,
+                "pruner": tune.pruner, "pruner_min_epochs": tune.pruner_min_epochs,
+                "reduction_factor": tune.reduction_factor, "pruner_startup_trials": tune.pruner_startup_trials,
+                "mode": tune.mode, "train": to_dict(cfg.train), "dataset": os.fspath(dataset_path or "")}
+    digest = hashlib.sha256(json.dumps(defining, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{cfg.name}-{digest}"
+
+
+def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None) -> Tuple[Any, str]:
+    """``(Optuna storage, where it is)`` for study ``name``.
+
+    ``tune.storage`` may be a database URL (``sqlite:///work/optuna.db``,
+    ``postgresql://...``: Optuna's RDB storage) or a journal file path;
+    without it the journal is ``<train.store>/_studies/<name>.journal``.
+
+    Raises
+    ------
+    ConfigError
+        For the MLflow tracking database (both keep an ``alembic_version``
+        table, so they cannot share one), or a store that is not a local path.
+    """
+    import optuna
+
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]
+    url = tune.storage
+    if url is None:
+        store = cfg.train.store if cfg.train is not None else "work/store"
+        if store.startswith("file://"):
+            store = store[len("file://"):]
+        if "://" in store:
+            raise ConfigError("tune.storage", None,
+                              f"train.store is {store!r}, and Optuna's journal file needs a local or mounted "
+                              "path; set tune.storage to a database URL (postgresql://..., sqlite:///...) or a "
+                              "local .journal path")
+        path = os.path.join(os.path.abspath(store), STUDIES_DIR, f"{name}.journal")
+    elif "://" in url and not url.startswith("file://"):
+        used = {u for u in (tracking_uri, cfg.tracking.uri if cfg.tracking.enabled else None) if u}
+        if url in used:
+            raise ConfigError("tune.storage", url, "this is the MLflow tracking database; Optuna and MLflow both "
+                                                   "keep an alembic_version table and cannot share one: give "
+                                                   "Optuna its own database, or leave tune.storage out (a "
+                                                   "journal file under train.store)")
+        return optuna.storages.RDBStorage(url), url
+    else:
+        path = os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return JournalStorage(JournalFileBackend(path)), path
+
+
+class OptunaEngine(Engine):
+    """An Optuna study driven by ask-and-tell on the driver; it persists in its storage.
+
+    Parameters
+    ----------
+    space : CompiledSpace
+        Sampled define-by-run (:meth:`CompiledSpace.suggest`).
+    cfg : JobConfig
+        Its ``tune:`` section (sampler, pruner, study, storage) and ``train:`` (epochs, store).
+    goal : {"min", "max"}
+        The study's direction.
+    seed : int
+        Seeds the sampler (offset by the trials a continued study holds, so a
+        restart does not replay the first session's suggestions).
+    dataset_path : str, optional
+        Part of the default study name.
+    tracking_uri : str, optional
+        Refused as ``tune.storage`` (see :func:`study_storage`).
+
+    Raises
+    ------
+    ConfigError
+        When the stored study has the other direction, or already holds ``tune.max_trials`` trials.
+    """
+
+    name = "optuna"
+
+    def __init__(self, space: CompiledSpace, cfg: JobConfig, goal: str, seed: int = 0,
+                 dataset_path: Optional[str] = None, tracking_uri: Optional[str] = None) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the loop logs every trial itself
+        tune: TuneConfig = cfg.tune  # type: ignore[assignment]
+        self.space, self.tune = space, tune
+        self.study_name = study_name(cfg, dataset_path)
+        storage, self.where = study_storage(cfg, self.study_name, tracking_uri)
+        direction: Literal["minimize", "maximize"] = "minimize" if goal == "min" else "maximize"
+        existing = self._existing(storage, self.study_name)
+        self.epochs = max_epochs(tune, cfg, space)
+        self.study = optuna.create_study(
+            storage=storage, study_name=self.study_name, direction=direction, load_if_exists=True,
+            sampler=self._sampler(tune, seed + existing), pruner=self._pruner(tune, self.epochs))
+        if self.study.direction.name.lower() != direction:
+            raise ConfigError("tune.study", self.study_name,
+                              f"the stored study {self.where} {self.study.direction.name.lower()}s, this search "
+                              f"{direction}s {tune.metric}; name a new study (tune.study)")
+        self._close_stale()
+        trials = self.study.get_trials(deepcopy=False)
+        self.previous = len(trials)
+        if self.previous >= tune.max_trials:
+            raise ConfigError("tune.max_trials", tune.max_trials,
+                              f"study '{self.study_name}' ({self.where}) already holds {self.previous} trials; "
+                              "raise tune.max_trials to run more, or name a new study with tune.study")
+        self.prunes = tune.pruner != "none"
+        if self.previous:
+            done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+            best = self.study.best_value if done else None
+            log.info("continuing Optuna study '%s' (%s): %d trials so far (%d complete%s); %d more to run",
+                     self.study_name, self.where, self.previous, len(done),
+                     "" if best is None else f", best {tune.metric} = {best:.5g}", tune.max_trials - self.previous)
+        else:
+            log.info("new Optuna study '%s' in %s", self.study_name, self.where)
+
+    @staticmethod
+    def _existing(storage: Any, name: str) -> int:
+        try:
+            study_id = storage.get_study_id_from_name(name)
+        except KeyError:
+            return 0
+        return len(storage.get_all_trials(study_id, deepcopy=False))
+
+    def _close_stale(self) -> None:
+        """Trials left RUNNING by a search that died are told FAIL (their process is gone)."""
+        from optuna.trial import TrialState
+
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            log.warning("study '%s': trial %d was left running by an earlier search; recording it as failed",
+                        self.study_name, t.number + 1)
+            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+
+    @staticmethod
+    def _sampler(tune: TuneConfig, seed: int) -> Any:
+        from optuna import samplers
+
+        startup = max(2, min(10, tune.max_trials // 3))
+        if tune.effective_sampler == "random":
+            return samplers.RandomSampler(seed=seed)
+        if tune.effective_sampler == "cmaes":
+            return samplers.CmaEsSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False,
+                                         independent_sampler=samplers.TPESampler(seed=seed,
+                                                                                 n_startup_trials=startup))
+        return samplers.TPESampler(seed=seed, n_startup_trials=startup)
+
+    @staticmethod
+    def _pruner(tune: TuneConfig, epochs: int) -> Any:
+        from optuna import pruners
+
+        low = tune.pruner_min_epochs
+        if tune.pruner == "median":  # steps are epochs done (1-based): the first prunable step is low
+            return pruners.MedianPruner(n_startup_trials=tune.pruner_startup_trials, n_warmup_steps=low)
+        if tune.pruner == "asha":
+            return pruners.SuccessiveHalvingPruner(min_resource=low, reduction_factor=tune.reduction_factor)
+        if tune.pruner == "hyperband":
+            return pruners.HyperbandPruner(min_resource=low, max_resource=max(epochs, low),
+                                           reduction_factor=tune.reduction_factor)
+        return pruners.NopPruner()
+
+    def ask(self) -> Optional[Tuple[int, Any, Dict[str, Any]]]:
+        trial = self.study.ask()
+        try:
+            params = self.space.suggest(trial)
+        except BaseException:
+            from optuna.trial import TrialState
+
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise
+        trial.set_user_attr("train_params", json.dumps(params, default=list))
+        return trial.number + 1, trial, params
+
+    def report(self, handle: Any, epoch: int, value: float) -> bool:
+        if not math.isfinite(value):
+            return True  # diverged: nothing to gain from more epochs
+        handle.report(float(value), step=epoch + 1)
+        return bool(handle.should_prune())
+
+    def tell(self, handle: Any, status: str, metric: Optional[float], error: Optional[str] = None) -> None:
+        from optuna.trial import TrialState
+
+        if status == FINISHED and metric is not None:
+            self.study.tell(handle, float(metric))
+        elif status == PRUNED:
+            self.study.tell(handle, state=TrialState.PRUNED)
+        else:
+            if error:
+                handle.set_user_attr("error", error[:1000])
+            self.study.tell(handle, state=TrialState.FAIL)
+
+    def settings(self) -> Dict[str, Any]:
+        tune = self.tune
+        out: Dict[str, Any] = {"engine": self.name, "sampler": tune.effective_sampler, "pruner": tune.pruner,
+                               "study": self.study_name, "storage": self.where}
+        if tune.pruner != "none":
+            out.update(pruner_min_epochs=tune.pruner_min_epochs)
+            if tune.pruner in ("asha", "hyperband"):
+                out.update(reduction_factor=tune.reduction_factor)
+            if tune.pruner == "median":
+                out.update(pruner_startup_trials=tune.pruner_startup_trials)
+        return out
+
+
+def make_engine(space: CompiledSpace, cfg: JobConfig, goal: str, seed: int, dataset_path: Optional[str],
+                tracking_uri: Optional[str] = None) -> Engine:
+    """The engine ``tune.engine`` names."""
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]
+    if tune.engine == "optuna":
+        return OptunaEngine(space, cfg, goal, seed=seed, dataset_path=dataset_path, tracking_uri=tracking_uri)
+    return HyperoptEngine(space, goal, algo=tune.effective_sampler, seed=seed)
+
+
+__all__ = ["Engine", "HyperoptEngine", "OptunaEngine", "check_pruning", "check_sampler", "make_engine",
+           "max_epochs", "min_trials", "study_name", "study_storage", "STUDIES_DIR"]

@@ -1,0 +1,120 @@
+"""An Optuna search with pruning, unchanged, through a real Spark Connect server (sc://), from the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyspark
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+pytestmark = [pytest.mark.connect, pytest.mark.torch, pytest.mark.slow]  # ~80 s: a Connect server and a search
+
+
+def _env():
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(REPO / "python"))
+    for key in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE",
+                "SPARK_REMOTE"):
+        env.pop(key, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def connect_url(tmp_path_factory):
+    """A real Spark Connect server (local[2], 127.0.0.1, free port) in its own JVM; yields its sc:// URL."""
+    base = tmp_path_factory.mktemp("tune_connect")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = base / "server.log"
+    cmd = [str(SPARK_SUBMIT), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--master", "local[2]", "--name", "sparktrain-tune-connect-test",
+           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+           "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", "spark.ui.enabled=false", "--conf", f"spark.local.dir={base / 'local'}",
+           "--conf", "spark.sql.shuffle.partitions=2", "spark-internal"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=base, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while "Spark Connect server started" not in log_path.read_text():
+            assert proc.poll() is None, f"the Spark Connect server exited:\n{log_path.read_text()[-3000:]}"
+            assert time.time() < deadline, f"no Spark Connect server after 180 s:\n{log_path.read_text()[-3000:]}"
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_optuna_search_with_asha_pruning_over_spark_connect(connect_url, spark, tmp_path):
+    from mlflow import MlflowClient
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+    from sparktrain.data.run_store import RunStore
+
+    dataset = tmp_path / "ds"
+    df = spark.range(10_000).select(
+        "id", (F.rand(3) * 2 - 1).cast("float").alias("x1"), (F.rand(4) * 2 - 1).cast("float").alias("x2"))
+    df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2") + (F.rand(5) - 0.5) * 0.4) > 0.1)
+    write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), str(dataset / "train"))
+    write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), str(dataset / "validation"))
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "tune-connect",
+        "data": {"label": "label"},
+        "output": {"path": str(dataset)},
+        "train": {"epochs": 3, "batch_size": 512, "num_workers": 1, "store": str(tmp_path / "store"), "seed": 7},
+        "tune": {"engine": "optuna", "sampler": "random", "pruner": "asha", "max_trials": 4, "parallelism": 1,
+                 # seed 7 draws bad, good, bad learning rates first; one at a time, the third (bad, after a
+                 # good one) is pruned after its first epoch
+                 "space": {"learning_rate": {"choice": [3.0e-2, 1.0e-6]}, "hidden_units": {"choice": [[16], [8]]}}},
+        "tracking": {"uri": tracking, "experiment": "tune-connect", "model_name": "tune-connect-model",
+                     "artifact_location": str(tmp_path / "artifacts")},
+    }))
+    proc = subprocess.run([sys.executable, "-m", "sparktrain", "tune", str(config), "--master", connect_url],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900, check=False)
+    out, err = proc.stdout, proc.stderr
+    assert proc.returncode == 0, err[-4000:]
+    assert "new Optuna study 'tune-connect-" in err
+    rows = {int(m.group(1)): (m.group(2), int(m.group(3)))
+            for m in re.finditer(r"^\*?\s+(\d+)\s+(FINISHED|PRUNED|FAILED|KILLED)\s+[0-9.e-]+\s+[0-9.]+\s+(\d+)",
+                                 out, re.MULTILINE)}
+    assert sorted(rows) == [1, 2, 3, 4], out
+    assert re.search(r"^\s+1\s+FINISHED .* 1e-06\s*$", out, re.MULTILINE), out
+    assert re.search(r"^\*\s+2\s+FINISHED .* 0\.03\s*$", out, re.MULTILINE), out  # the best
+    assert rows[3] == ("PRUNED", 1), out  # bad, and worse than trial 2 at the first rung
+    assert all(epochs == 3 for status, epochs in rows.values() if status == "FINISHED")
+    assert "optuna, mode single" in out and re.search(r", \d pruned\)", out), out
+
+    # the verdict went through the store, not a socket: the pruned trial's run folder holds it
+    store = tmp_path / "store"
+    runs = [p.name for p in store.iterdir() if re.match(r"tune-[0-9a-f]{8}-t003$", p.name)]
+    assert len(runs) == 1
+    stop = RunStore(str(store), runs[0]).stop_requested()
+    assert stop is not None and stop["epoch"] == 0 and stop["stop"] is True
+    assert (store / "_studies").is_dir()
+
+    client = MlflowClient(tracking)
+    exp = client.get_experiment_by_name("tune-connect")
+    trials = client.search_runs([exp.experiment_id], "tags.`sparktrain.kind` = 'trial'")
+    by_number = {int(r.data.tags["sparktrain.trial"]): r for r in trials}
+    assert by_number[3].data.tags["sparktrain.status"] == "PRUNED" and by_number[3].info.status == "KILLED"
+    assert by_number[3].data.metrics["epochs_ran"] == 1
+    assert {r.data.tags["sparktrain.status"] for n, r in by_number.items() if rows[n][0] == "FINISHED"} == {"FINISHED"}
