@@ -2,63 +2,28 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pyspark
 import pytest
 import yaml
 
+from tests._connect import connect_env, connect_server
+
 REPO = Path(__file__).resolve().parents[2]
-SPARK_SUBMIT = Path(pyspark.__file__).parent / "bin" / "spark-submit"
 pytestmark = [pytest.mark.connect, pytest.mark.torch, pytest.mark.slow]  # ~80 s: a Connect server and a search
 
 
-def _env():
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(REPO / "python"))
-    for key in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS", "SPARK_CONNECT_MODE",
-                "SPARK_REMOTE"):
-        env.pop(key, None)
-    return env
+_env = connect_env
 
 
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory):
     """A real Spark Connect server (local[2], 127.0.0.1, free port) in its own JVM; yields its sc:// URL."""
-    base = tmp_path_factory.mktemp("tune_connect")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log_path = base / "server.log"
-    cmd = [str(SPARK_SUBMIT), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-           "--master", "local[2]", "--name", "sparktrain-tune-connect-test",
-           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-           "--conf", f"spark.connect.grpc.binding.port={port}",
-           "--conf", "spark.ui.enabled=false", "--conf", f"spark.local.dir={base / 'local'}",
-           "--conf", "spark.sql.shuffle.partitions=2", "spark-internal"]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=base, env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        deadline = time.time() + 180
-        while "Spark Connect server started" not in log_path.read_text():
-            assert proc.poll() is None, f"the Spark Connect server exited:\n{log_path.read_text()[-3000:]}"
-            assert time.time() < deadline, f"no Spark Connect server after 180 s:\n{log_path.read_text()[-3000:]}"
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    with connect_server(tmp_path_factory.mktemp("tune_connect"), "sparktrain-tune-connect-test") as url:
+        yield url
 
 
 def test_optuna_search_with_asha_pruning_over_spark_connect(connect_url, spark, tmp_path):
