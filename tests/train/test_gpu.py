@@ -29,7 +29,8 @@ echo "{{\\"name\\": \\"gpu\\", \\"addresses\\": [\\"$((2 * n + 3))\\"]}}"
 """
 
 _SCRIPT = r"""
-import json, sys
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 sys.path.insert(0, {python!r})
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq
 from sparktrain.session import get_or_create_session
