@@ -194,9 +194,10 @@ class ProgressServer:
             return
         if kind == "device":
             self.devices[int(event.get("rank", -1))] = event
-            log.info("rank %s on %s: GPU addresses %s from its task's resources, training on %s%s", event.get("rank"),
-                     event.get("host"), event.get("addresses") or "none", event.get("device"),
-                     f" ({event['note']})" if event.get("note") else "")
+            level = logging.DEBUG if event.get("note") == "no GPU requested" else logging.INFO
+            log.log(level, "rank %s on %s: GPU addresses %s from its task's resources, training on %s%s",
+                    event.get("rank"), event.get("host"), event.get("addresses") or "none", event.get("device"),
+                    f" ({event['note']})" if event.get("note") else "")
             return
         with self._lock:
             if kind == "error":

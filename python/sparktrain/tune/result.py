@@ -144,7 +144,7 @@ def format_trials(result: SearchResult, max_error: int = 60) -> str:
     """A plain-text table of the trials, best marked with ``*`` (``epochs``: how many each trained)."""
     keys = sorted({k for t in result.trials for k in t.params})
     best = result.best_number
-    header = ["", "trial", "status", result.metric, "seconds", "epochs", *keys, "error"]
+    header = ["", "trial", "status", result.metric, "seconds", "epochs run", *keys, "error"]
     rows = []
     for t in result.trials:
         metric = "-" if t.metric is None else f"{t.metric:.5g}"
