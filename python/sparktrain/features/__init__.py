@@ -23,8 +23,7 @@ See ``docs/features.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sparktrain._internal.lazy import lazy_exports
 
 _EXPORTS = {
     "NumericFeature": "spec", "CategoricalFeature": "spec", "DatetimeFeature": "spec",
@@ -46,12 +45,4 @@ __all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScaler
            "materialize", "parse_features", "plan_features", "save_pipeline_model", "validate"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparktrain.features' has no attribute '{name}'")
-    return getattr(importlib.import_module(f"sparktrain.features.{module}"), name)
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

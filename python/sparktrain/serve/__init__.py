@@ -19,8 +19,7 @@ pyspark nor MLflow: names are resolved lazily on first access, so
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from sparktrain._internal.lazy import lazy_exports
 
 _EXPORTS = {
     "SparktrainModel": "pyfunc",
@@ -36,12 +35,4 @@ __all__ = ["SparktrainModel", "load_spark_model", "log_pyfunc_model", "raw_colum
            "score_path", "transform_local"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sparktrain.serve' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"sparktrain.serve.{module}"), name)
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
