@@ -23,6 +23,14 @@ REPO = Path(__file__).resolve().parents[1]
     "tracking.apiToken",
     "tracking.password",
     "features.dep_delay.api_key",
+    "tracking.passphrase",
+    "tracking.auth",                              # auth and pat: as the key's last word
+    "spark.conf.spark.executorEnv.GITHUB_PAT",
+    "spark.conf.spark.executorEnv.AWS_SECRET_ACCESS_KEY",
+    "spark.conf.spark.executorEnv.MLFLOW_TRACKING_PASSWORD",
+    "spark.conf.spark.executorEnv.HF_TOKEN",
+    "spark.conf.spark.authenticate.secret",
+    "spark.conf.spark.hadoop.fs.s3a.access.key",
 ])
 def test_secret_keys_are_masked(key):
     assert is_secret_key(key)
@@ -40,6 +48,13 @@ def test_secret_keys_are_masked(key):
     "tracking.uri",
     "data.label",
     "output.path",
+    "features.review.max_tokens",                 # a text feature's settings: tokens are not tokens
+    "features.review.tokenizer",
+    "features.review.pattern",
+    "spark.conf.spark.authenticate",              # a switch, not the secret
+    "spark.conf.spark.sql.sources.partitionOverwriteMode",
+    "tracking.author",
+    "data.path",
 ])
 def test_innocuous_keys_stay_readable(key):
     assert not is_secret_key(key)
@@ -59,6 +74,31 @@ def test_innocuous_keys_stay_readable(key):
                                                                           "X-Amz-Signature=***"),
     ("-Dfs.s3a.secret.key=abc -Xmx2g -Dspark.app.name=x", "-Dfs.s3a.secret.key=*** -Xmx2g -Dspark.app.name=x"),
     ("Bearer eyJhbGciOi.J9", f"Bearer {MASK}"),
+    # key=value after a space (a log line, a shell command, a repr)
+    ("connecting as user=ana password=hunter2 to db", "connecting as user=ana password=*** to db"),
+    ("env AWS_SECRET_ACCESS_KEY=wJalr/K7MDENG MLFLOW_TRACKING_PASSWORD=pw-1 sparktrain run",
+     "env AWS_SECRET_ACCESS_KEY=*** MLFLOW_TRACKING_PASSWORD=*** sparktrain run"),
+    ("--set spark.conf.spark.hadoop.fs.s3a.secret.key=abc --set train.epochs=2",
+     "--set spark.conf.spark.hadoop.fs.s3a.secret.key=*** --set train.epochs=2"),
+    ("login passphrase=open-sesame auth=xyz123 pat=ghi789 api_key=k1",
+     "login passphrase=*** auth=*** pat=*** api_key=***"),
+    ("TrackingConfig(uri='x', password='p w')", "TrackingConfig(uri='x', password='***')"),
+    # JSON, a Python dict, YAML, sparktrain's own config errors
+    ('{"user": "ana", "password": "p\\"w,d", "n": 1}', '{"user": "ana", "password": "***", "n": 1}'),
+    ("{'Token': 'abc', 'page': 2}", "{'Token': '***', 'page': 2}"),
+    ("tracking:\n  password: hunter2\n  uri: http://h", "tracking:\n  password: ***\n  uri: http://h"),
+    ("config key 'spark.conf.x.secret.key' = 's3cr3t': bad", "config key 'spark.conf.x.secret.key' = '***': bad"),
+    # HTTP credentials
+    ("Authorization: Basic dXNlcjpwYXNz", "Authorization: Basic ***"),
+    ("Basic YWxhZGRpbjpvcGVuc2VzYW1l", "Basic ***"),
+    ('-H "authorization: token ghx-123"', '-H "authorization: token ***"'),
+    ("headers={'Authorization': 'Bearer abc.def-123'}", "headers={'Authorization': 'Bearer ***'}"),
+    # well-known token formats, whatever surrounds them
+    ("got eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl back", f"got {MASK} back"),
+    ("push https://ghp_abcdefghijklmnopqrstuvwxyz0123456789@github.com/o/r", f"push https://{MASK}@github.com/o/r"),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+     f"-----BEGIN RSA PRIVATE KEY-----{MASK}-----END RSA PRIVATE KEY-----"),
+    ("id AKIAIOSFODNN7EXAMPLE", f"id {MASK}"),
 ])
 def test_secret_values_are_masked_whatever_the_key(value, masked):
     assert mask_value(value) == masked
@@ -74,6 +114,11 @@ def test_secret_values_are_masked_whatever_the_key(value, masked):
     "use KEY=VALUE, e.g. --set train.epochs=2",
     "SELECT * FROM t WHERE key=1",
     "",
+    "max_tokens=512 tokenizer=whitespace pattern=[a-z]+ path=/data author=ana",
+    "a basic model; Basic settings; the bearer of bad news; bearer tokens",
+    "sort by key=value pairs: {'key': 'flight_id', 'tokens': 3}",
+    "Traceback (most recent call last):\n  File \"x.py\", line 3, in f\nValueError: bad batch size 512",
+    "spark.sql.shuffle.partitions=2 spark.master=local[2]",
 ])
 def test_innocuous_values_stay_readable(value):
     assert mask_value(value) == value

@@ -231,6 +231,7 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
                 f"({tracker.down}). Nothing is lost: the trained model is in the store at {saved}. When the "
                 f"server is back, finish the tracking (metrics, model, registry and alias rules) with:\n"
                 f"  sparktrain register --from-store {run_dir} --tracking-uri {mask_url_password(tracker.uri)}"
+                + (" (the password in place of ***)" if mask_url_password(tracker.uri) != tracker.uri else "")
             ) from exc
         raise
 
