@@ -210,6 +210,16 @@ def _masked_assignment(m: "re.Match[str]", value: str) -> "str | None":
     return f"{lead}{opt}{quote}{name}{quote}{sep}{masked}"
 
 
+def _bare_end(value: str) -> str:
+    """``value`` without the punctuation that closes the text around it: ``(token=abc)``, ``key=abc.``."""
+    if value[:1] in "\"'":
+        return value
+    while value and (value[-1] in ",.:" or (value[-1] in ")]}" and
+                                              value.count(value[-1]) > value.count("([{"[")]}".index(value[-1])]))):
+        value = value[:-1]
+    return value
+
+
 def _mask_assignments(text: str) -> str:
     out: List[str] = []
     pos = done = 0
@@ -217,9 +227,10 @@ def _mask_assignments(text: str) -> str:
         m = _ASSIGN.search(text, pos)
         if m is None:
             return "".join(out) + text[done:]
-        value = _ASSIGNED.match(text, m.end())
-        end = value.end() if value else m.end()
-        masked = _masked_assignment(m, value.group(0) if value else "")
+        found = _ASSIGNED.match(text, m.end())  # it matches the empty string too: never None
+        value = _bare_end(found.group(0) if found else "")
+        end = m.end() + len(value)
+        masked = _masked_assignment(m, value)
         if masked is None:  # not a secret: scan on from the separator (the value may hold `?token=...`)
             pos = m.end("name")
             continue

@@ -141,6 +141,8 @@ def configure(uri: str) -> None:
 
     Model logging, ``models:/`` resolution and ``spark_udf`` read the
     process-wide URI, so a job sets it once; runs are still addressed by id.
+    A URI with a password turns off MLflow's run links on stdout
+    (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``): they would print it.
     """
     import mlflow
 
@@ -149,5 +151,9 @@ def configure(uri: str) -> None:
     # server is down. sparktrain bounds each call (a user's own settings of these variables win).
     for key, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    if mask_value(uri) != uri:
+        # MLflow prints "View run <name> at: <tracking URI>/#/..." on stdout when a run ends, password and
+        # all; sparktrain's own summary prints the link masked.
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
