@@ -199,7 +199,7 @@ def test_nested_configs_and_bodies_are_masked_like_the_params():
 def test_the_log_filter_masks_message_arguments_and_tracebacks():
     import io
 
-    from sparktrain._internal.secrets import SecretFilter, install_log_masking
+    from sparktrain._internal.log_masking import SecretFilter, install_log_masking
 
     logger = logging.getLogger("sparktrain.test_secrets.filter")
     stream = io.StringIO()

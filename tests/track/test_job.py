@@ -395,7 +395,7 @@ def test_no_secret_at_rest(job, spark, tmp_path, caplog):
     import dataclasses
     import logging
 
-    from sparktrain._internal.secrets import SecretFilter
+    from sparktrain._internal.log_masking import SecretFilter
     from sparktrain.config import TuneConfig
     from sparktrain.errors import TrainingError, TuneError
     from sparktrain.train.estimator import TorchEstimator

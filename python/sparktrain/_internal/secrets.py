@@ -4,8 +4,8 @@ Three rules.  :func:`mask_secrets` applies them to a flat ``{dotted key:
 value}`` config, :func:`mask_config` to a nested one (``cfg.to_dict()``),
 :func:`mask_strings` to any JSON-like body, and :func:`mask_value` to any
 string sparktrain logs or records (a master URL, a tracking URI, an error
-message, a traceback).  :class:`SecretFilter` applies :func:`mask_value` to
-log records; the CLI installs it (:func:`install_log_masking`).
+message, a traceback).  :class:`~sparktrain._internal.log_masking.SecretFilter`
+applies :func:`mask_value` to log records; the CLI installs it.
 
 By key: :func:`is_secret_key`
 -----------------------------
@@ -93,7 +93,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import logging
 import os
 import re
 import threading
@@ -135,8 +134,13 @@ _TOKEN_FORMATS = re.compile(
     r"|\bAIza[\w-]{35}\b",                                     # Google API key
     re.DOTALL)
 
+#: Substrings without which no token format can match (a cheap test before the regular expression).
+_FORMAT_MARKERS = ("-----BEGIN ", "eyJ", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "dapi", "hf_", "xox",
+                   "AKIA", "ASIA", "AIza")
+
 _remembered: Set[str] = set()
 _remembered_lock = threading.Lock()
+_env_cache: Dict[FrozenSet[Any], FrozenSet[str]] = {}
 
 
 def _words(key: str) -> List[str]:
@@ -260,9 +264,14 @@ def _mask_format(m: "re.Match[str]") -> str:
 
 def known_secrets() -> FrozenSet[str]:
     """Values masked wherever they appear: secret-named environment variables and :func:`remember`'s."""
-    env = {v for k, v in os.environ.items() if len(v) >= MIN_KNOWN and _names_secret(_words(k), prose=True)}
+    items = frozenset(os.environ.items())
+    env = _env_cache.get(items)
+    if env is None:  # the environment changed (or this is the first call): one entry, recomputed
+        env = frozenset(v for k, v in items if len(v) >= MIN_KNOWN and _names_secret(_words(k), prose=True))
+        _env_cache.clear()
+        _env_cache[items] = env
     with _remembered_lock:
-        return frozenset(env | _remembered)
+        return env | _remembered
 
 
 def remember(values: Iterable[Any]) -> None:
@@ -300,13 +309,19 @@ def mask_value(value: str) -> str:
     >>> mask_value('connect user=ana password=hunter2 {"api_key": "k-123"}')
     'connect user=ana password=*** {"api_key": "***"}'
     """
-    if not value:
-        return value
-    text = value
-    for secret in sorted(known_secrets(), key=len, reverse=True):
+    return _mask(value, _longest_first(known_secrets())) if value else value
+
+
+def _longest_first(known: FrozenSet[str]) -> List[str]:
+    return sorted(known, key=len, reverse=True)
+
+
+def _mask(text: str, known: List[str]) -> str:
+    for secret in known:
         if secret in text:
             text = text.replace(secret, MASK)
-    text = _TOKEN_FORMATS.sub(_mask_format, text)
+    if any(marker in text for marker in _FORMAT_MARKERS):
+        text = _TOKEN_FORMATS.sub(_mask_format, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
     text = "".join(_mask_sas(tok) for tok in re.split(r"(\s+)", text))
     text = _AUTHORIZATION.sub(_mask_authorization, text)
@@ -319,18 +334,19 @@ def mask_value(value: str) -> str:
 
 def mask_secrets(flat: Mapping[str, Any]) -> Dict[str, Any]:
     """A copy of a flat ``{dotted key: value}`` dict with secrets replaced by ``***`` (both rules)."""
+    known = _longest_first(known_secrets())
     out: Dict[str, Any] = {}
     for k, v in flat.items():
         if is_secret_key(k) and v is not None:
             out[k] = MASK
         elif isinstance(v, str):
-            out[k] = mask_value(v)
+            out[k] = _mask(v, known) if v else v
         else:
             out[k] = v
     return out
 
 
-def mask_config(nested: Any, prefix: str = "") -> Any:
+def mask_config(nested: Any) -> Any:
     """A nested job config (``cfg.to_dict()``) with the values :func:`mask_secrets` masks in its flat form.
 
     Keys are flattened as :func:`sparktrain.config.flatten` does: ``a.b.c``, and a
@@ -341,67 +357,35 @@ def mask_config(nested: Any, prefix: str = "") -> Any:
     >>> mask_config({"spark": {"conf": {"spark.hadoop.fs.s3a.secret.key": "abc"}}, "data": {"key": "id"}})
     {'spark': {'conf': {'spark.hadoop.fs.s3a.secret.key': '***'}}, 'data': {'key': 'id'}}
     """
-    if isinstance(nested, Mapping):
-        return {k: mask_config(v, f"{prefix}{k}.") for k, v in nested.items()}
-    if isinstance(nested, (list, tuple)) and nested and all(isinstance(x, Mapping) and "name" in x for x in nested):
-        return [{"name": x["name"], **{k: mask_config(v, f"{prefix}{x['name']}.{k}.")
-                                       for k, v in x.items() if k != "name"}} for x in nested]
-    if nested is not None and is_secret_key(prefix[:-1]):
-        return MASK
-    return mask_strings(nested)
+    known = _longest_first(known_secrets())
+
+    def walk(node: Any, prefix: str) -> Any:
+        if isinstance(node, Mapping):
+            return {k: walk(v, f"{prefix}{k}.") for k, v in node.items()}
+        if isinstance(node, (list, tuple)) and node and all(isinstance(x, Mapping) and "name" in x for x in node):
+            return [{"name": x["name"], **{k: walk(v, f"{prefix}{x['name']}.{k}.")
+                                           for k, v in x.items() if k != "name"}} for x in node]
+        if node is not None and is_secret_key(prefix[:-1]):
+            return MASK
+        return _mask_strings(node, known)
+
+    return walk(nested, "")
 
 
 def mask_strings(body: Any) -> Any:
     """``body`` (JSON-like: dicts, lists, scalars) with :func:`mask_value` applied to every string in it."""
+    return _mask_strings(body, _longest_first(known_secrets()))
+
+
+def _mask_strings(body: Any, known: List[str]) -> Any:
     if isinstance(body, str):
-        return mask_value(body)
+        return _mask(body, known) if body else body
     if isinstance(body, Mapping):
-        return {k: mask_strings(v) for k, v in body.items()}
+        return {k: _mask_strings(v, known) for k, v in body.items()}
     if isinstance(body, (list, tuple)):
-        return [mask_strings(v) for v in body]
+        return [_mask_strings(v, known) for v in body]
     return body
 
 
-# ------------------------------------------------------------------------------------------------ logging
-
-class SecretFilter(logging.Filter):
-    """A logging filter that masks the message, the traceback and the stack of every record it sees.
-
-    Attach it to handlers (a filter on a logger does not see its children's
-    records); :func:`install_log_masking` does so.  It never drops a record.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken record is logging's to report, not ours
-            return True
-        masked = mask_value(message)
-        if masked != message:
-            record.msg, record.args = masked, ()
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = mask_value(record.exc_text)
-        if record.stack_info:
-            record.stack_info = mask_value(record.stack_info)
-        return True
-
-
-def install_log_masking(logger: "logging.Logger | None" = None) -> int:
-    """Add one :class:`SecretFilter` to every handler of ``logger`` (default: the root logger); idempotent.
-
-    Returns how many handlers got it.  Call it after logging is configured
-    (the CLI does, after ``logging.basicConfig``); a handler added later is not covered.
-    """
-    target = logger or logging.getLogger()
-    added = 0
-    for handler in [*target.handlers, *logging.getLogger("sparktrain").handlers]:
-        if not any(isinstance(f, SecretFilter) for f in handler.filters):
-            handler.addFilter(SecretFilter())
-            added += 1
-    return added
-
-
-__all__ = ["MASK", "MIN_KNOWN", "NOT_SECRET", "SecretFilter", "install_log_masking", "is_secret_key",
-           "known_secrets", "mask_config", "mask_secrets", "mask_strings", "mask_value", "remember", "secrets_of"]
+__all__ = ["MASK", "MIN_KNOWN", "NOT_SECRET", "is_secret_key", "known_secrets", "mask_config", "mask_secrets",
+           "mask_strings", "mask_value", "remember", "secrets_of"]

@@ -57,7 +57,7 @@ _EXPORTS = {
     "RegisteredVersion": "sparktrain.track.registry",
     "MlflowServer": "sparktrain.track.server",
     "serve_forever": "sparktrain.track.server",
-    "install_log_masking": "sparktrain._internal.secrets",
+    "install_log_masking": "sparktrain._internal.log_masking",
 }
 
 __all__ = ["JobTracker", "MlflowCallback", "MlflowServer", "RegisteredVersion", "StageRun", "install_log_masking",
