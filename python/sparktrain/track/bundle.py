@@ -186,8 +186,8 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     folder = body["_dir"]
     cfg = parse_config(body["config"])
     model = load_model(folder)
-    tracker = JobTracker(cfg, uri=tracking_uri or _stored_tracking_uri(cfg.tracking.uri))  # preflight: still
-    # down -> a clear error, nothing changes
+    uri = tracking_uri or _stored_tracking_uri(cfg.tracking.uri)
+    tracker = JobTracker(cfg, uri=uri)  # preflight: still down -> a clear error, nothing changes
     run_id = body.get("mlflow_run_id")
     run = None
     if run_id:

@@ -262,19 +262,19 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> Trai
     """Rebuild the worker's failure (rank, host, traceback) from what reached the driver."""
     if reported and reported.get("traceback"):
         return _training_error(reported.get("message", "worker failed"), rank=reported.get("rank"),
-                             host=reported.get("host"), remote_traceback=reported["traceback"])
+                               host=reported.get("host"), remote_traceback=reported["traceback"])
     text = str(exc)
     match = _MARKER_RE.search(text)
     if match:
         try:
             info = json.loads(match.group(1))
             return _training_error(info["message"], rank=info["rank"], host=info["host"],
-                                 remote_traceback=info["traceback"])
+                                   remote_traceback=info["traceback"])
         except (ValueError, KeyError):
             pass
     if reported:
         return _training_error(reported.get("message", "worker failed"), rank=reported.get("rank"),
-                             host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
+                               host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
     lost = _LOST_TASK_RE.search(text)
     rank = int(lost.group(1)) if lost else None
     hint = ""
@@ -287,7 +287,7 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> Trai
 
 
 def _training_error(message: str, rank: Optional[int], host: Optional[str], remote_traceback: str) -> TrainingError:
-    """A :class:`TrainingError` with the secrets of what the executor said masked (Spark's own text is not)."""
+    """A :class:`TrainingError`, masked: the executor masks what it reports, but not Spark's own error text."""
     return TrainingError(mask_value(message), rank=rank, host=host, remote_traceback=mask_value(remote_traceback))
 
 
