@@ -135,6 +135,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    from sparktrain._internal.log_masking import install_log_masking
+
+    install_log_masking()  # every handler basicConfig made: sparktrain's records and every library's
     for noisy in ("py4j", "urllib3", "alembic", "matplotlib", "hyperopt", "mlflow.store", "git"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.command is None:

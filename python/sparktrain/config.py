@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple,
 
 import yaml
 
+from sparktrain._internal.secrets import remember, secrets_of
 from sparktrain._internal.typed_build import build, non_default_repr, require, to_dict
 from sparktrain.errors import ConfigError, UnknownKeyError
 from sparktrain.features.sections import DataConfig, OutputConfig, SplitConfig
@@ -232,6 +233,7 @@ def parse_config(raw: Any, source_path: Optional[str] = None) -> JobConfig:
     cfg = build(JobConfig, raw, "")
     cfg = replace(cfg, features=features, source_path=source_path)
     _cross_check(cfg)
+    remember(secrets_of(flatten(cfg.to_dict())))  # masked wherever this process records or logs them
     return cfg
 
 

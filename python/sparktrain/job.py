@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.config import JobConfig
 from sparktrain.datasets import EMBEDDED
 from sparktrain.errors import ConfigError, TrackingError
@@ -85,7 +86,7 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
     wanted = [s for s in stages if _defined(cfg, s)]
     missing = [s for s in wanted if not stage_available(s)]
     if missing:
-        print(f"stages not built yet: {', '.join(missing)} (see the issues tracker)")
+        _print(f"stages not built yet: {', '.join(missing)} (see the issues tracker)")
         result.skipped.extend(missing)
         wanted = [s for s in wanted if s not in missing]
     if "profile" in wanted or "preprocess" in wanted:
@@ -119,8 +120,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                     from sparktrain.track.stages import log_profile
                     log_profile(run, result.profile)
             scale = f" (scale {cfg.data.scale})" if cfg.data.source in EMBEDDED else ""
-            print(f"== profile of {cfg.data.describe()}{scale}")
-            print(result.profile.format())
+            _print(f"== profile of {cfg.data.describe()}{scale}")
+            _print(result.profile.format())
         if "preprocess" in wanted:
             from sparktrain.features.materialize import format_summary
 
@@ -131,8 +132,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 if run is not None:
                     from sparktrain.track.stages import log_preprocess
                     log_preprocess(run, _dataset_path(result.preprocess, cfg))
-            print("== preprocess")
-            print(format_summary(result.preprocess))
+            _print("== preprocess")
+            _print(format_summary(result.preprocess))
         if "train" in wanted:
             dataset = _dataset_path(result.preprocess, cfg)
             with _stage(tracker, "train") as run:
@@ -146,9 +147,9 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 # the model goes to the store before any MLflow call: an outage cannot lose it
                 saved = save_bundle(result.train, cfg, dataset, mlflow_run_id=run.run_id if run else None,
                                     parent_run_id=tracker.parent.run_id if tracker and tracker.parent else None)
-                print("== train")
-                print(result.train.format())
-                print(f"model saved: {saved}")
+                _print("== train")
+                _print(result.train.format())
+                _print(f"model saved: {saved}")
                 if run is not None and tracker is not None and result.tracking is not None:
                     result.tracking.model = _track_training(tracker, run, spark, cfg, result.train, dataset,
                                                             callback, saved)
@@ -162,11 +163,11 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                                          tracking_uri=tracker.uri if tracker is not None else None,
                                          embedded=EMBEDDED)
                 result.seconds["tune"] = time.perf_counter() - t0
-            print("== tune")
-            print(format_trials(result.tune))
+            _print("== tune")
+            _print(format_trials(result.tune))
     if result.tracking is not None:
-        print("== MLflow")
-        print(result.tracking.format())
+        _print("== MLflow")
+        _print(result.tracking.format())
     return result
 
 
@@ -231,6 +232,7 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
                 f"({tracker.down}). Nothing is lost: the trained model is in the store at {saved}. When the "
                 f"server is back, finish the tracking (metrics, model, registry and alias rules) with:\n"
                 f"  sparktrain register --from-store {run_dir} --tracking-uri {mask_url_password(tracker.uri)}"
+                + (" (the password in place of ***)" if mask_url_password(tracker.uri) != tracker.uri else "")
             ) from exc
         raise
 
@@ -293,6 +295,11 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
              f", classes {list(model.inputs.classes)[:10]}" if model.inputs.classes else "")
     return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
                        seconds=time.perf_counter() - t0, baseline_model=baseline_name(model.inputs.task))
+
+
+def _print(text: str) -> None:
+    """Print a report line with its secrets masked (a source URI's password, a trial's error)."""
+    print(mask_value(text))
 
 
 def _defined(cfg: JobConfig, stage: str) -> bool:

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from sparktrain.errors import MissingColumnError, ModelNotFoundError
+from tests._sweep import SECRETS
 
 REPO = Path(__file__).resolve().parents[2]
 EPOCHS = 2
@@ -48,7 +49,8 @@ def job(spark, flights_sample, mlflow_server, tmp_path_factory):
         f"data.source={_sample_path(flights_sample)}", f"train.epochs={EPOCHS}", "train.num_workers=2",
         "train.batch_size=1024", "train.compare_baseline=false", f"output.path={base / 'dataset'}",
         f"train.store={base / 'store'}", f"tracking.uri={mlflow_server}", f"tracking.experiment={EXPERIMENT}",
-        f"tracking.model_name={MODEL}", "spark.conf.spark.hadoop.fs.s3a.secret.key=do-not-log-me"])
+        f"tracking.model_name={MODEL}", "spark.conf.spark.hadoop.fs.s3a.secret.key=do-not-log-me",
+        f"spark.conf.spark.executorEnv.AWS_SECRET_ACCESS_KEY={SECRETS['executor_env']}"])
     result = run_job(cfg, stages=("profile", "preprocess", "train"), spark=spark)
     client = MlflowClient(mlflow_server, mlflow_server)
     return {"cfg": cfg, "result": result, "client": client, "uri": mlflow_server, "base": base,
@@ -379,3 +381,63 @@ def test_cli_scores_csv(job, spark, raw_rows, tmp_path):
     expected.index = pdf["flight_id"]
     np.testing.assert_allclose(scored["probability"].to_numpy(), expected.sort_index()["probability"].to_numpy(),
                                rtol=0, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_no_secret_at_rest(job, spark, tmp_path, caplog):
+    """The job's Spark conf secret, a search whose trials fail quoting credentials, a fit that fails on the executor
+    with a token in its message: none of them in the store, the dataset, MLflow (every run's params, tags and
+    artifacts, the registry's tags) or the log records; the failures are recorded, masked.
+
+    The default suite's variant of tests/track/test_secret_sweep.py (slow: a fresh ``sparktrain run`` process,
+    a password in the tracking URI, the MLflow database grepped as bytes, the job's stderr).
+    """
+    import dataclasses
+    import logging
+
+    from sparktrain._internal.log_masking import SecretFilter
+    from sparktrain.config import TuneConfig
+    from sparktrain.errors import TrainingError, TuneError
+    from sparktrain.train.estimator import TorchEstimator
+    from sparktrain.tune.search import run_search
+    from tests._sweep import FIT_ERROR, TRIAL_ERROR, leaks
+
+    def failing_objective(params):  # shipped to the executor by value
+        raise ConnectionError(TRIAL_ERROR)
+
+    def failing_factory(inputs, model_spec):
+        raise RuntimeError(FIT_ERROR)
+
+    cfg, client, log = job["cfg"], job["client"], logging.getLogger("sparktrain.sweep")
+    search = dataclasses.replace(
+        cfg, tracking=dataclasses.replace(cfg.tracking, experiment=f"{EXPERIMENT}-secrets"),
+        tune=TuneConfig(max_trials=2, parallelism=1, algo="random",
+                        space={"learning_rate": {"uniform": [1.0e-3, 1.0e-2]}}))
+    caplog.handler.addFilter(SecretFilter())  # what the CLI puts on its log handlers
+    with caplog.at_level(logging.INFO, logger="sparktrain"):
+        with pytest.raises(TuneError) as tune_error:
+            run_search(spark, search, None, tracking_uri=job["uri"], objective=failing_objective)
+        log.error("search failed: %s", tune_error.value)  # the raw text: the filter masks it
+        est = TorchEstimator(numWorkers=1, epochs=1, labelCol=cfg.data.label, store=str(job["base"] / "store"))
+        with pytest.raises(TrainingError) as fit_error:
+            est.setModelFactory(failing_factory).fit(job["result"].preprocess.path)
+        log.error("fit failed", exc_info=fit_error.value)
+
+    assert "password=*** headers={'Authorization': 'Basic ***'}" in str(tune_error.value)
+    assert "cannot fetch the pretrained weights with token=***" in str(fit_error.value)
+    assert fit_error.value.rank == 0 and "failing_factory" in fit_error.value.remote_traceback
+    failures = list((job["base"] / "store").glob("*/failures/*"))
+    assert failures and "token=***" in failures[0].read_text()
+    bundle = json.loads(next((job["base"] / "store").glob("*/model/bundle.json")).read_text())
+    assert bundle["config"]["spark"]["conf"]["spark.hadoop.fs.s3a.secret.key"] == "***"
+    assert bundle["config"]["data"]["label"] == cfg.data.label  # the rest stays readable
+    records, downloaded = [], tmp_path / "artifacts"
+    for name in (EXPERIMENT, f"{EXPERIMENT}-secrets"):
+        for run in client.search_runs([client.get_experiment_by_name(name).experiment_id], max_results=200):
+            records.append(json.dumps({"params": run.data.params, "tags": run.data.tags}))
+            client.download_artifacts(run.info.run_id, "", str(downloaded / run.info.run_id))
+    trials = [r for r in records if '"sparktrain.kind": "trial"' in r]
+    assert len(trials) == 2 and all("'Authorization': 'Basic ***'" in r for r in trials)
+    records += [json.dumps(v.tags) for v in client.search_model_versions(f"name = '{MODEL}'")]
+    assert leaks([job["base"], downloaded], {"MLflow params and tags": "\n".join(records), "log": caplog.text,
+                                             "errors": f"{tune_error.value}\n{fit_error.value}"}) == []

@@ -57,6 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
+from sparktrain._internal.secrets import mask_strings, mask_value
 from sparktrain.features import metadata as md
 from sparktrain.features._sql import quote
 from sparktrain.features.compile import compile_pipeline, plan_features, source_columns
@@ -265,13 +266,13 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
                                     "test": cfg.split.test},
                       "expression": split_sql},
             "pipeline_model": PIPELINE_DIR,
-            "source": source,
+            "source": mask_value(source),  # a path or URI as the config gave it, never its credentials
             "scale": cfg.data.scale if not given else None,
             "null_labels_dropped": dropped,
         }
         sources = lineage.sources(exclude=[staging, out.path])
         if sources is not None:  # what the source's files were (the lineage listener: sparktrain.jvm)
-            meta["dataset"]["sources"] = sources
+            meta["dataset"]["sources"] = mask_strings(sources)
         _write_text(posixpath.join(staging, md.FILE_NAME), md.dumps(meta))
         if stage_input:
             _delete_dir(raw)

@@ -31,6 +31,9 @@ API (what :func:`sparktrain.job.run_job` uses, and what tuning builds on)
     Moves alias ``champion`` to ``version`` when it strictly beats the current one.
 ``MlflowServer`` / ``serve_forever``
     A real ``mlflow server`` on 127.0.0.1 (tests; ``sparktrain mlflow-server``).
+``install_log_masking()``
+    Mask secrets in every record the root logger's handlers write (the CLI
+    calls it; a notebook or an application calls it after configuring logging).
 
 Example
 -------
@@ -54,9 +57,10 @@ _EXPORTS = {
     "RegisteredVersion": "sparktrain.track.registry",
     "MlflowServer": "sparktrain.track.server",
     "serve_forever": "sparktrain.track.server",
+    "install_log_masking": "sparktrain._internal.log_masking",
 }
 
-__all__ = ["JobTracker", "MlflowCallback", "MlflowServer", "RegisteredVersion", "StageRun",
+__all__ = ["JobTracker", "MlflowCallback", "MlflowServer", "RegisteredVersion", "StageRun", "install_log_masking",
            "log_model_and_register", "serve_forever", "set_champion_if_better"]
 
 

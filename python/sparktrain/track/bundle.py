@@ -15,6 +15,15 @@ what the tracking needs::
 A tracking outage then loses nothing: ``sparktrain register --from-store
 <store>/<run>`` logs and registers the model later, with the usual alias
 rules (:func:`register_from_store`).
+
+No secret is written: ``bundle.json`` holds the config masked as in MLflow
+(:func:`sparktrain._internal.secrets.mask_config`), and ``model.json`` the
+model's params with any URL password masked.  Nothing that loads or scores
+the model needs them.  ``register --from-store`` needs the tracking URI:
+when the stored one had a password (``https://user:***@host``) it takes
+``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else refuses and says so;
+MLflow's ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` (or
+``MLFLOW_TRACKING_TOKEN``) keep a password out of the URI altogether.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import tempfile
 import time
 from typing import Any, Dict, Optional
 
+from sparktrain._internal.secrets import MASK, mask_config, mask_strings, mask_value
 from sparktrain.features.load import Embedded
 
 log = logging.getLogger(__name__)
@@ -66,13 +76,14 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
         local = os.path.join(tmp, "model")
         write_bundle(model, dataset_root, local)
         with open(os.path.join(local, MODEL_FILE), "w") as fh:  # plain JSON: no Spark job, works over Connect
-            json.dump(model_description(model), fh, indent=1, default=str)
+            json.dump(mask_strings(model_description(model)), fh, indent=1, default=str)
         body: Dict[str, Any] = {
             "format": FORMAT, "run_id": model.getRunId(), "framework": model.framework,
             "mlflow_run_id": mlflow_run_id, "mlflow_parent_run_id": parent_run_id, "created_at": time.time(),
-            "dataset": dataset_root, "config": cfg.to_dict(), "test": result.test, "baseline": result.baseline,
+            "dataset": dataset_root, "test": result.test, "baseline": result.baseline,
             "baseline_model": result.baseline_model, "history": result.history, "seconds": result.seconds,
             "registered": None}
+        body = {**mask_strings(body), "config": mask_config(cfg.to_dict())}
         with open(os.path.join(local, BUNDLE_FILE), "w") as fh:
             json.dump(body, fh, indent=1, default=str)
         _upload(local, target)
@@ -124,6 +135,21 @@ def _upload(local: str, target: str) -> None:
     pafs.copy_files(local, dest_path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=dest_fs)
 
 
+def _stored_tracking_uri(stored: str) -> str:
+    """The bundle's tracking URI, or ``MLFLOW_TRACKING_URI`` when the stored one lost its password to masking."""
+    from sparktrain.errors import TrackingError
+
+    if MASK not in stored:
+        return stored
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        log.info("the stored tracking URI %s was masked; using MLFLOW_TRACKING_URI (%s)", stored, mask_value(env))
+        return env
+    raise TrackingError(f"the saved model's tracking URI {stored} had a password, which sparktrain never stores. "
+                        "Pass it again: --tracking-uri https://user:<password>@host (or set MLFLOW_TRACKING_URI), "
+                        "or keep it out of the URI with MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+
+
 def read_bundle(run_dir: str) -> Dict[str, Any]:
     """``bundle.json`` of a run folder (``<store>/<run>``) or of its ``model/`` folder."""
     from sparktrain.data import _fs
@@ -160,7 +186,8 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     folder = body["_dir"]
     cfg = parse_config(body["config"])
     model = load_model(folder)
-    tracker = JobTracker(cfg, uri=tracking_uri)  # preflight: still down -> a clear error, nothing changes
+    uri = tracking_uri or _stored_tracking_uri(cfg.tracking.uri)
+    tracker = JobTracker(cfg, uri=uri)  # preflight: still down -> a clear error, nothing changes
     run_id = body.get("mlflow_run_id")
     run = None
     if run_id:

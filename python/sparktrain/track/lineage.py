@@ -19,6 +19,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from mlflow.data.meta_dataset import MetaDataset
 
+from sparktrain._internal.secrets import mask_value
+
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
@@ -166,10 +168,13 @@ def log_source_inputs(client: Any, run_ids: Sequence[str], dataset_root: str) ->
 
 
 def _dataset_input(dataset: MetaDataset, context: str) -> Any:
-    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+    e = dataset._to_mlflow_entity()
+    masked = Dataset(name=e.name, digest=e.digest, source_type=e.source_type, source=mask_value(e.source),
+                     schema=e.schema, profile=mask_value(e.profile) if e.profile else e.profile)  # a URI's password
+    return DatasetInput(masked, tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
 
 
 def manifest_files(dataset_root: str) -> Dict[str, str]:

@@ -59,9 +59,8 @@ def preflight(uri: str, timeout: float = 5.0) -> str:
     """
     uri = normalize_uri(uri)
     if is_remote(uri):
-        url = f"{uri.rstrip('/')}/health"
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
+            with urllib.request.urlopen(_health_request(uri), timeout=timeout) as resp:
                 if resp.status != 200:
                     raise TrackingError(f"MLflow tracking server {mask_value(uri)} answered {resp.status} on "
                                         f"/health; {_FIX}")
@@ -74,6 +73,22 @@ def preflight(uri: str, timeout: float = 5.0) -> str:
     elif uri.startswith("file:"):
         _writable_dir(Path(urllib.parse.urlparse(uri).path), uri)
     return uri
+
+
+def _health_request(uri: str) -> urllib.request.Request:
+    """``GET <uri>/health``; a password in the URI (``https://user:pw@host``, as MLflow's client takes it) goes
+    into a Basic ``Authorization`` header, since urllib does not read a URL's userinfo."""
+    import base64
+
+    parts = urllib.parse.urlsplit(uri)
+    host = parts.netloc.rpartition("@")[2]
+    request = urllib.request.Request(urllib.parse.urlunsplit(
+        (parts.scheme, host, f"{parts.path.rstrip('/')}/health", "", "")))
+    if "@" in parts.netloc:
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+        request.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+    return request
 
 
 def _writable_dir(folder: Path, uri: str) -> None:
@@ -126,6 +141,8 @@ def configure(uri: str) -> None:
 
     Model logging, ``models:/`` resolution and ``spark_udf`` read the
     process-wide URI, so a job sets it once; runs are still addressed by id.
+    A URI with a password turns off MLflow's run links on stdout
+    (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``): they would print it.
     """
     import mlflow
 
@@ -134,5 +151,9 @@ def configure(uri: str) -> None:
     # server is down. sparktrain bounds each call (a user's own settings of these variables win).
     for key, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    if mask_value(uri) != uri:
+        # MLflow prints "View run <name> at: <tracking URI>/#/..." on stdout when a run ends, password and
+        # all; sparktrain's own summary prints the link masked.
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)

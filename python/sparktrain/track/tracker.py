@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any, Dict, Iterator, Mapping, Optional, Set
 
-from sparktrain._internal.secrets import mask_value
+from sparktrain._internal.secrets import mask_config, mask_value
 from sparktrain.errors import TrackingError
 
 log = logging.getLogger(__name__)
@@ -255,7 +255,7 @@ class JobTracker:
     def end_run(self, run_id: str, status: str = "FINISHED", error: Optional[BaseException] = None) -> None:
         """Mark a run ``FINISHED`` or ``FAILED``; a failure keeps its message in tag ``sparktrain.error``."""
         if error is not None:
-            text = "".join(traceback.format_exception_only(type(error), error)).strip()
+            text = mask_value("".join(traceback.format_exception_only(type(error), error)).strip())
             self.client.set_tag(run_id, "sparktrain.error", text[:5000])
         self.client.set_terminated(run_id, status=status)
 
@@ -295,14 +295,13 @@ class JobTracker:
         """The parent run of a job: masked config params, system tags and the config YAML."""
         import yaml
 
-        from sparktrain.track.params import job_params, mask_secrets, system_tags
+        from sparktrain.track.params import job_params, system_tags
 
         if self.parent is not None:
             raise TrackingError(f"a job run is already open ({self.parent.run_id}); jobs do not nest")
         run = self.start_run(run_name or self.cfg.name, tags={KIND_TAG: "job", **system_tags(spark, self.cfg, master)},
                              params=job_params(self.cfg))
-        masked = _unflatten_masked(self.cfg.to_dict(), mask_secrets)
-        run.log_text(yaml.safe_dump(masked, sort_keys=False), "config/job.yaml")
+        run.log_text(yaml.safe_dump(mask_config(self.cfg.to_dict()), sort_keys=False), "config/job.yaml")
         self.parent = run
         t0 = time.perf_counter()
         try:
@@ -344,23 +343,3 @@ def _status(exc: BaseException) -> str:
     """``KILLED`` for Ctrl-C and interpreter exit, ``FAILED`` for errors."""
     return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
 
-
-def _unflatten_masked(nested: Any, mask: Any) -> Any:
-    """``cfg.to_dict()`` with the same values masked as in the params (for ``config/job.yaml``)."""
-    from sparktrain.config import flatten
-    from sparktrain.track.params import MASK
-
-    flat_masked = mask(flatten(nested))
-
-    def walk(node: Any, prefix: str) -> Any:
-        if isinstance(node, Mapping):
-            return {k: walk(v, f"{prefix}{k}.") for k, v in node.items()}
-        if isinstance(node, list) and node and all(isinstance(x, Mapping) and "name" in x for x in node):
-            return [{"name": x["name"], **{k: walk(v, f"{prefix}{x['name']}.{k}.")
-                                           for k, v in x.items() if k != "name"}} for x in node]
-        key = prefix[:-1]
-        if flat_masked.get(key) == MASK or (isinstance(node, str) and flat_masked.get(key, node) != node):
-            return flat_masked[key]
-        return list(node) if isinstance(node, tuple) else node
-
-    return walk(nested, "")

@@ -21,6 +21,7 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 
+from sparktrain._internal.secrets import mask_strings
 from sparktrain.errors import RunMismatchError
 from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
@@ -296,7 +297,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
         run = RunStore(store, run_id)
         if stored is not None:
-            changes = plan_mod.diff(stored.get("fingerprint", {}).get("data", {}), data_fp, "data.")
+            changes = plan_mod.diff(stored.get("fingerprint", {}).get("data", {}), mask_strings(data_fp), "data.")
             if changes:  # refuse before writing anything
                 raise RunMismatchError(run_id, changes)
             if exists(run.data_uri("train")):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 from sparktrain._internal import spark_compat
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import TrainingError, TrainingStalledError
 from sparktrain.train._executor.spec import WorkerSpec
 from sparktrain.train._executor.task import ERROR_MARKER, RESULT_SCHEMA, make_task
@@ -260,20 +261,20 @@ def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:
 def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> TrainingError:
     """Rebuild the worker's failure (rank, host, traceback) from what reached the driver."""
     if reported and reported.get("traceback"):
-        return TrainingError(reported.get("message", "worker failed"), rank=reported.get("rank"),
-                             host=reported.get("host"), remote_traceback=reported["traceback"])
+        return _training_error(reported.get("message", "worker failed"), rank=reported.get("rank"),
+                               host=reported.get("host"), remote_traceback=reported["traceback"])
     text = str(exc)
     match = _MARKER_RE.search(text)
     if match:
         try:
             info = json.loads(match.group(1))
-            return TrainingError(info["message"], rank=info["rank"], host=info["host"],
-                                 remote_traceback=info["traceback"])
+            return _training_error(info["message"], rank=info["rank"], host=info["host"],
+                                   remote_traceback=info["traceback"])
         except (ValueError, KeyError):
             pass
     if reported:
-        return TrainingError(reported.get("message", "worker failed"), rank=reported.get("rank"),
-                             host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
+        return _training_error(reported.get("message", "worker failed"), rank=reported.get("rank"),
+                               host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
     lost = _LOST_TASK_RE.search(text)
     rank = int(lost.group(1)) if lost else None
     hint = ""
@@ -282,7 +283,12 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> Trai
                 "raise spark.task.maxFailures, or use local[N,F] locally, to let training resume "
                 "from its last checkpoint)")
     summary = text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
-    return TrainingError(summary + hint, rank=rank, host=None, remote_traceback=_tail(text))
+    return _training_error(summary + hint, rank=rank, host=None, remote_traceback=_tail(text))
+
+
+def _training_error(message: str, rank: Optional[int], host: Optional[str], remote_traceback: str) -> TrainingError:
+    """A :class:`TrainingError`, masked: the executor masks what it reports, but not Spark's own error text."""
+    return TrainingError(mask_value(message), rank=rank, host=host, remote_traceback=mask_value(remote_traceback))
 
 
 def _tail(text: str, lines: int = 60) -> str:

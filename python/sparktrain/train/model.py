@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from pyspark.ml import Model
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
+from sparktrain._internal.secrets import mask_strings
 from sparktrain.errors import MissingColumnError, NotFittedError
 from sparktrain.train._executor.spec import InputSpec
 from sparktrain.train.params import _ModelParams
@@ -158,7 +159,8 @@ class _ModelWriter(MLWriter):
         m._require_fitted()
         assert m.model_bytes is not None and m.inputs is not None  # for mypy; checked above
         extra = {"framework": m.framework, "inputs": m.inputs.to_dict(), "history": m.history, "run_id": m.run_id}
-        DefaultParamsWriter.saveMetadata(m, path, self.sparkSession, extraMetadata=extra)
+        params = mask_strings({p.name: v for p, v in m._paramMap.items()})  # a store URI's password stays out
+        DefaultParamsWriter.saveMetadata(m, path, self.sparkSession, extraMetadata=extra, paramMap=params)
         Store(path).write_bytes("network/model.bin", m.model_bytes)
 
 

@@ -25,6 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from sparktrain._internal.secrets import mask_strings
 from sparktrain.data.run_store import RUN_FILE, RunStore
 from sparktrain.errors import MissingColumnError, RunMismatchError
 from sparktrain.features._sql import quote
@@ -98,7 +99,7 @@ def record_run(plan: TrainingPlan) -> None:
         return
     body = {"run_id": plan.run_id, "created_at": time.time(), "fingerprint": plan.fingerprint,
             "dataset": plan.dataset, "framework": plan.spec.framework}
-    RunStore(plan.spec.store, plan.run_id).write_run(body)
+    RunStore(plan.spec.store, plan.run_id).write_run(mask_strings(body))  # a dataset URI's password stays out
 
 
 def discard(store: str, run_id: str) -> None:
@@ -127,7 +128,7 @@ def existing_run(store: str, run_id: str, explicit: bool) -> Optional[Dict[str, 
 
 def check_same(run_id: str, stored: Dict[str, Any], fingerprint: Dict[str, Any]) -> None:
     """Raise :class:`RunMismatchError` naming every difference between a run's fingerprint and ``fingerprint``."""
-    changes = diff(stored.get("fingerprint", {}), fingerprint)
+    changes = diff(stored.get("fingerprint", {}), mask_strings(fingerprint))  # run.json holds it masked
     if changes:
         raise RunMismatchError(run_id, changes)
 

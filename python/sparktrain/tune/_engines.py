@@ -24,6 +24,7 @@ from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError
 from sparktrain.tune.result import FINISHED, PRUNED
@@ -304,7 +305,8 @@ class OptunaEngine(Engine):
         tune: TuneConfig = cfg.tune  # type: ignore[assignment]
         self.space, self.tune = space, tune
         self.study_name = study_name(cfg, dataset_path)
-        storage, self.where = study_storage(cfg, self.study_name, tracking_uri)
+        storage, where = study_storage(cfg, self.study_name, tracking_uri)
+        self.where = mask_value(where)  # for messages and the search's settings: a database URL's password stays out
         direction: Literal["minimize", "maximize"] = "minimize" if goal == "min" else "maximize"
         existing = self._existing(storage, self.study_name)
         self.epochs = max_epochs(tune, cfg, space)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sparktrain._internal import spark_compat
+from sparktrain._internal.secrets import mask_value
 from sparktrain.tune._engines import Engine, HyperoptEngine
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
 from sparktrain.tune.space import CompiledSpace
@@ -277,6 +278,7 @@ class SearchLoop:
             if status == FINISHED and trial.pruned_at is not None:
                 status = PRUNED
         history = tuple(outcome.history) if outcome else ()
+        error, tb = (mask_value(error) if error else error), (mask_value(tb) if tb else tb)  # recorded from here on
         record = TrialRecord(
             number=trial.number, params=trial.params, status=status, metric=metric,
             metrics={k: v for k, v in (outcome.metrics if outcome else {}).items() if v is not None},

@@ -25,6 +25,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.train.worker import WorkerSpec
 
 RESULT_SCHEMA = ("ok BOOLEAN, metrics STRING, history STRING, model BINARY, error STRING, traceback STRING, "
@@ -50,8 +51,8 @@ def make_trial_task(call: Callable[[], Any], metric: str = "loss") -> Callable[[
             row.update(metrics=json.dumps(out["metrics"]), history=json.dumps(out["history"]),
                        model=out["model_bytes"])
         except Exception as exc:  # noqa: BLE001 - returned to the driver as data
-            row.update(ok=False, error=f"{type(exc).__name__}: {exc}",
-                       traceback=getattr(exc, "remote_traceback", None) or traceback.format_exc())
+            row.update(ok=False, error=mask_value(f"{type(exc).__name__}: {exc}"),
+                       traceback=mask_value(getattr(exc, "remote_traceback", None) or traceback.format_exc()))
         row["seconds"] = time.perf_counter() - t0
         yield pa.RecordBatch.from_pylist([row], schema=_arrow_schema())
 

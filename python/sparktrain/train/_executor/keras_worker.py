@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.train._executor.checkpoint import Checkpointer
 from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
 from sparktrain.train._executor.context import WorkerContext
@@ -372,7 +373,7 @@ def main(argv: List[str]) -> int:
     try:
         result = train(spec, ctx)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent task
-        result = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        result = {"error": mask_value(f"{type(exc).__name__}: {exc}"), "traceback": mask_value(traceback.format_exc())}
     finally:
         reporter.close()
     buf = io.BytesIO()

@@ -16,6 +16,7 @@ import json
 import traceback
 from typing import Any, Callable, Dict, Iterator
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.train._executor.checkpoint import Checkpointer
 from sparktrain.train._executor.context import WorkerContext
 from sparktrain.train._executor.rendezvous import bind_free_port, confine_gloo, executor_host, free_port
@@ -90,16 +91,17 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
                     "framework": spec.framework, "inputs": spec.inputs.to_dict(), "launch": spec.launch_id,
                     "history": result.get("history", [])})
         except BaseException as exc:  # noqa: BLE001 - re-raised with context below
-            tb = traceback.format_exc()
-            detail = getattr(exc, "remote_traceback", None) or tb
-            reporter.send("error", message=f"{type(exc).__name__}: {exc}", traceback=detail)
-            info = {"rank": rank, "host": host, "message": f"{type(exc).__name__}: {exc}", "traceback": detail}
+            detail = mask_value(getattr(exc, "remote_traceback", None) or traceback.format_exc())
+            message = mask_value(f"{type(exc).__name__}: {exc}")
+            reporter.send("error", message=message, traceback=detail)
+            info = {"rank": rank, "host": host, "message": message, "traceback": detail}
             try:
                 checkpointer.record_failure(attempt, rank, info)
             except Exception:  # the store may be the problem; the marker below still carries the error
                 pass
             payload = json.dumps(info)
-            raise RuntimeError(f"{ERROR_MARKER}{payload}{ERROR_MARKER}") from exc
+            # not chained: Spark logs and ships the Python traceback it sees, and the cause's text is unmasked
+            raise RuntimeError(f"{ERROR_MARKER}{payload}{ERROR_MARKER}") from None
         finally:
             if hvd_server is not None:
                 hvd_server.stop()
