@@ -190,6 +190,7 @@ def test_a_vector_column_trains_and_scores_with_spark_evaluators(spark, mixed, t
         model.transform(scored.select("id", "features", "flag", "amount", "label", "prediction"))
 
 
+@pytest.mark.slow  # TensorFlow's import and a Keras fit: ~30 s on a quiet machine
 @pytest.mark.tensorflow
 def test_keras_takes_an_array_features_col_beside_a_categorical(spark, tmp_path):
     """Keras: featuresCol an ``array<double>`` of 3, plus an integer index named in categoricalCols."""
