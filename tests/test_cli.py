@@ -92,13 +92,45 @@ def test_score_and_server_help(capsys):
     with pytest.raises(SystemExit):
         main(["score", "--help"])
     out = capsys.readouterr().out
-    for text in ["--model MODEL", "--input INPUT", "--output OUTPUT", "models:/my-job@champion",
-                 "{parquet,csv}"]:
+    for text in ["--model MODEL", "--input INPUT", "--table TABLE", "--query QUERY", "--output OUTPUT",
+                 "models:/my-job@champion", "{parquet,csv,json,orc}"]:
         assert text in out
     with pytest.raises(SystemExit):
         main(["mlflow-server", "--help"])
     out = capsys.readouterr().out
     assert "--port PORT" in out and "127.0.0.1" in out and "sqlite" in out
+
+
+def test_score_chooses_the_reader_given_then_the_models_then_by_extension():
+    """``sparktrain score``'s reader: --format/--option, else the model's data.format/options, else the extension."""
+    from sparktrain.errors import ConfigError
+    from sparktrain.features.reader_options import reader_record
+    from sparktrain.features.sections import DataConfig
+    from sparktrain.serve.scoring import choose_reader
+
+    trained = reader_record(DataConfig(source="in.csv", format="csv", options={"sep": ";", "nullValue": "NA"}))
+    assert trained == {"input": "source", "format": "csv",
+                       "options": {"header": "true", "inferSchema": "true", "sep": ";", "nullValue": "NA"}}
+    assert choose_reader("new.txt", None, None, trained) == (
+        "csv", trained["options"], "the format the model was trained with (data.format)")
+    fmt, options, _ = choose_reader("new.txt", None, {"sep": ",", "header": "false"}, trained)
+    assert (fmt, options["sep"], options["header"], options["nullValue"]) == ("csv", ",", "false", "NA")
+    assert choose_reader("new.json", "json", None, trained) == ("json", {}, "--format")  # csv options not carried
+    assert choose_reader("rows.json", None, None, None) == ("json", {}, "the input's extension")
+    assert choose_reader("rows.orc", None, None, reader_record(DataConfig(table="db.t"))) == \
+        ("orc", {}, "the input's extension")
+    assert choose_reader("rows", None, None, None)[0] == "parquet"
+    with pytest.raises(ConfigError, match=r"'--option delimter' = ';': unknown key; did you mean"):
+        choose_reader("x.csv", None, {"delimter": ";"}, None)
+
+
+def test_score_takes_exactly_one_input(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["score", "--model", "m", "--input", "a", "--table", "t", "--output", str(tmp_path / "o")])
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["score", "--model", "m", "--output", str(tmp_path / "o")])
+    assert "one of the arguments --input --table --query is required" in capsys.readouterr().err
 
 
 def test_no_command_prints_help_and_version(capsys):
