@@ -120,8 +120,11 @@ class FrameInputs:
         """``df`` as ``fit`` writes it: the label, each input converted in Spark, the kept columns."""
         from pyspark.sql import functions as F
 
-        cols = [F.col(quote(label))]
-        for c in self.inputs:
+        keep = {label, *self.inputs, *self.kept}
+        cols = []
+        for c in df.columns:  # in the DataFrame's order: the split hashes the columns in order
+            if c not in keep:
+                continue
             cast = self.casts.get(c)
             if cast == "vector":
                 from pyspark.ml.functions import vector_to_array
@@ -131,7 +134,6 @@ class FrameInputs:
                 cols.append(F.col(quote(c)).cast(cast).alias(c))
             else:
                 cols.append(F.col(quote(c)))
-        cols += [F.col(quote(c)) for c in self.kept]
         return df.select(*cols)
 
 
