@@ -27,7 +27,7 @@ from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
 from sparktrain.train._executor.spec import InputSpec, WorkerSpec, group_specs
 from sparktrain.train.frame import FrameInputs, describe as describe_inputs, resolve as resolve_frame
-from sparktrain.train.inputs import column_stats, exists, infer_inputs, read_features_json
+from sparktrain.train.inputs import column_stats, exists, infer_inputs
 from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams, attach_setters
@@ -187,7 +187,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         root = getattr(dataset, "path", dataset)
         if isinstance(root, (str, os.PathLike)):
             root = os.fspath(root).rstrip("/")
-            train_path, val_path, meta = _split_paths(root)
+            train_path, val_path, meta = plan_mod.split_paths(root)
             data_fp: Dict[str, Any] = plan_mod.path_fingerprint(train_path, val_path)
             binary01, from_frame, unused = None, False, ()  # type: Optional[bool], bool, Sequence[str]
             features = self.getFeaturesCol()
@@ -203,7 +203,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             named = (list(frame.numeric), None if infer_cat else list(frame.categorical))
         stats = column_stats(train_path)  # footers only, read once for the task and the inputs
         if self.getTask() == "auto" and not (meta or {}).get("task"):
-            if binary01 is None and _float_01_range(stats, label):
+            if binary01 is None and plan_mod.float_01_range(stats, label):
                 binary01 = plan_mod.float_label_is_01(_session_for(dataset), train_path, label)
             if binary01:  # Spark ML's convention: 0.0/1.0 double labels are two classes
                 meta = dict(meta or {}, task="binary")
@@ -314,10 +314,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         """
         label = self.getLabelCol()
         plan_mod.check_label(df, label)
-        numeric, categorical = self._named_inputs()
         frame = resolve_frame(df.schema, label, features_col=self.getFeaturesCol(),
-                              numeric=numeric if self.isDefined(self.numericCols) else None,
-                              categorical=categorical if self.isDefined(self.categoricalCols) else None,
+                              numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
+                              categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,
                               exclude=self.getExcludeCols())
         decision = plan_mod.dataframe_label(df, label, self.getTask())
         frac = self.getValidationFraction()
@@ -342,26 +341,6 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         return train_path, val_path, data_fp, entry, frame
 
 
-def _split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
-    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split."""
-    train = f"{root}/train"
-    if not exists(train):
-        train = root  # a single split given directly
-    val = f"{root}/validation"
-    meta = read_features_json(root)
-    if meta is not None:
-        meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
-    return train, (val if exists(val) and train != root else None), meta
-
-
-def _float_01_range(stats: Dict[str, Dict[str, Any]], label: str) -> bool:
-    """A floating-point label whose footer statistics say min 0 and max 1 (maybe binary, maybe not)."""
-    import pyarrow as pa
-
-    st = stats.get(label)
-    return st is not None and pa.types.is_floating(st["type"]) and st["min"] == 0 and st["max"] == 1
-
-
 def _session_for(dataset: Any):
     from pyspark.sql import SparkSession
 
@@ -383,6 +362,10 @@ class TorchEstimator(_DistributedEstimator):
     >>> est = TorchEstimator(numWorkers=2, epochs=3, labelCol="label", store="work/store")  # doctest: +SKIP
     >>> model = est.fit("work/job/dataset")          # a materialized dataset   # doctest: +SKIP
     >>> model.transform(test_df).select("prediction", "probability").show(3)          # doctest: +SKIP
+
+    In a Spark ML pipeline, on a ``VectorAssembler``'s output:
+
+    >>> Pipeline(stages=[assembler, TorchEstimator(featuresCol="features")]).fit(df)  # doctest: +SKIP
     """
 
     _framework = "torch"

@@ -267,6 +267,28 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = ()) -> Di
     return out
 
 
+def split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
+    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split."""
+    from sparktrain.train.inputs import exists, read_features_json
+
+    train = f"{root}/train"
+    if not exists(train):
+        train = root  # a single split given directly
+    val = f"{root}/validation"
+    meta = read_features_json(root)
+    if meta is not None:
+        meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
+    return train, (val if exists(val) and train != root else None), meta
+
+
+def float_01_range(stats: Dict[str, Dict[str, Any]], label: str) -> bool:
+    """A floating-point label whose footer statistics say min 0 and max 1 (maybe binary, maybe not)."""
+    import pyarrow as pa
+
+    st = stats.get(label)
+    return st is not None and pa.types.is_floating(st["type"]) and st["min"] == 0 and st["max"] == 1
+
+
 def float_label_is_01(spark: Any, train_path: str, label: str) -> bool:
     """Whether a floating-point label holds only 0.0 and 1.0 (Spark ML's binary labels): one column scan."""
     from pyspark.sql import functions as F
