@@ -137,6 +137,10 @@ def test_a_parquet_dataset_follows_the_same_rules(spark, mixed, tmp_path):
         _est(tmp_path).plan(str(root))
     plan = _est(tmp_path, excludeCols=["name"]).plan(str(root))
     assert plan.inputs.vectors == (("features", 2),) and plan.inputs.numeric == ("flag",)
+    # a Spark ML vector as Spark writes it (a struct of type, size, indices, values), sparse rows too
+    write_parquet(mixed.select("features", "label"), str(tmp_path / "vec" / "train"))
+    plan = _est(tmp_path).plan(str(tmp_path / "vec"))
+    assert plan.inputs.vectors == (("features", 2),) and plan.inputs.columns == ["features"]
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +177,9 @@ def test_a_vector_column_trains_and_scores_with_spark_evaluators(spark, mixed, t
     auc = BinaryClassificationEvaluator().evaluate(scored)  # default columns: label, rawPrediction
     accuracy = MulticlassClassificationEvaluator(metricName="accuracy", probabilityCol="").evaluate(scored)
     assert auc > 0.95 and accuracy > 0.85, (auc, accuracy)  # XOR of the vector's sign and the flag
+    no_probability = model.copy({model.probabilityCol: ""}).transform(mixed)  # Spark ML's "": no column
+    assert "probability" not in no_probability.columns
+    assert MulticlassClassificationEvaluator().evaluate(no_probability) > 0.85  # every default column
     rows = scored.select("probability", "rawPrediction").toPandas()
     np.testing.assert_allclose(rows["probability"], 1 / (1 + np.exp(-rows["rawPrediction"])), atol=1e-9)
     # the same values as a numeric array column score the same

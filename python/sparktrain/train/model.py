@@ -72,10 +72,8 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         pred_type = StringType() if self.inputs.prediction_type == "string" else DoubleType()
         out: List[Any] = [(self.getPredictionCol(), pred_type)]
         per_class = DoubleType() if self.inputs.task == "binary" else ArrayType(DoubleType())
-        if self.inputs.task != "regression":
-            out.append((self.getProbabilityCol(), per_class))
-            if self.getRawPredictionCol():
-                out.append((self.getRawPredictionCol(), per_class))
+        if self.inputs.task != "regression":  # an empty column name adds no column (Spark ML's convention)
+            out += [(c, per_class) for c in (self.getProbabilityCol(), self.getRawPredictionCol()) if c]
         return out
 
     def _output_schema(self, df):
@@ -97,8 +95,7 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         if clash:
             raise ConfigError("predictionCol/probabilityCol/rawPredictionCol", clash,
                               f"the DataFrame to score already has column(s) {', '.join(clash)}; drop or rename "
-                              f"them, or set the output column Params to other names (rawPredictionCol='' adds "
-                              f"no raw column)")
+                              f"them, or set the output column Params to other names ('' adds no column)")
         inputs = self.inputs if decode else replace(self.inputs, classes=())
         prepared, sources = scoring_frame(dataset, inputs)
         fn = make_scoring_function(self.framework, self.model_bytes, inputs, self.getPredictionCol(),
@@ -201,11 +198,11 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
                                  else pa.float64()))
             names.append(prediction_col)
             if inputs.task != "regression":
-                per_class = ["probability"] + (["rawPrediction"] if raw_col else [])
-                for name, col_name in zip(per_class, [probability_col, raw_col]):
-                    values = out[name]
-                    cols.append(pa.array(values if inputs.task == "binary" else list(values)))  # type: ignore
-                    names.append(col_name)
+                for name, col_name in (("probability", probability_col), ("rawPrediction", raw_col)):
+                    if col_name:
+                        values = out[name]
+                        cols.append(pa.array(values if inputs.task == "binary" else list(values)))  # type: ignore
+                        names.append(col_name)
             yield pa.RecordBatch.from_arrays(cols, names=names)
 
     return score
