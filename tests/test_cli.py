@@ -92,13 +92,45 @@ def test_score_and_server_help(capsys):
     with pytest.raises(SystemExit):
         main(["score", "--help"])
     out = capsys.readouterr().out
-    for text in ["--model MODEL", "--input INPUT", "--output OUTPUT", "models:/my-job@champion",
-                 "{parquet,csv}"]:
+    for text in ["--model MODEL", "--input INPUT", "--table TABLE", "--query QUERY", "--output OUTPUT",
+                 "models:/my-job@champion", "{parquet,csv,json,orc}"]:
         assert text in out
     with pytest.raises(SystemExit):
         main(["mlflow-server", "--help"])
     out = capsys.readouterr().out
     assert "--port PORT" in out and "127.0.0.1" in out and "sqlite" in out
+
+
+def test_score_chooses_the_reader_given_then_the_models_then_by_extension():
+    """``sparktrain score``'s reader: --format/--option, else the model's data.format/options, else the extension."""
+    from sparktrain.errors import ConfigError
+    from sparktrain.features.reader_options import reader_record
+    from sparktrain.features.sections import DataConfig
+    from sparktrain.serve.scoring import choose_reader
+
+    trained = reader_record(DataConfig(source="in.csv", format="csv", options={"sep": ";", "nullValue": "NA"}))
+    assert trained == {"input": "source", "format": "csv",
+                       "options": {"header": "true", "inferSchema": "true", "sep": ";", "nullValue": "NA"}}
+    assert choose_reader("new.txt", None, None, trained) == (
+        "csv", trained["options"], "the format the model was trained with (data.format)")
+    fmt, options, _ = choose_reader("new.txt", None, {"sep": ",", "header": "false"}, trained)
+    assert (fmt, options["sep"], options["header"], options["nullValue"]) == ("csv", ",", "false", "NA")
+    assert choose_reader("new.json", "json", None, trained) == ("json", {}, "--format")  # csv options not carried
+    assert choose_reader("rows.json", None, None, None) == ("json", {}, "the input's extension")
+    assert choose_reader("rows.orc", None, None, reader_record(DataConfig(table="db.t"))) == \
+        ("orc", {}, "the input's extension")
+    assert choose_reader("rows", None, None, None)[0] == "parquet"
+    with pytest.raises(ConfigError, match=r"'--option delimter' = ';': unknown key; did you mean"):
+        choose_reader("x.csv", None, {"delimter": ";"}, None)
+
+
+def test_score_takes_exactly_one_input(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["score", "--model", "m", "--input", "a", "--table", "t", "--output", str(tmp_path / "o")])
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["score", "--model", "m", "--output", str(tmp_path / "o")])
+    assert "one of the arguments --input --table --query is required" in capsys.readouterr().err
 
 
 def test_no_command_prints_help_and_version(capsys):
@@ -233,3 +265,40 @@ def test_preprocess_a_csv_with_a_string_label_na_nulls_and_no_key(tmp_path):
     assert "label 'grade' (string): 3 classes" in out
     assert re.search(r"^  fair\s+98 \( 33\.3%\)$", out, re.MULTILINE), out
     assert re.search(r"^  grade\s+6 nulls \(  2\.0%\)$", out, re.MULTILINE), out
+
+
+@pytest.mark.slow  # a whole job (preprocess, train, MLflow) and two scoring runs, each its own Spark
+def test_score_reads_a_json_file_as_the_model_was_trained(tmp_path):
+    """A model trained on `data.format: json` scores the same raw JSON without --format; a CSV is refused clearly."""
+    import json
+
+    lines = [json.dumps({"city": ["Lima", "Oslo", "Rome"][i % 3], "rooms": 1 + i % 5, "price": 100.0 + 2.5 * i,
+                         "good": i % 3 == 1}) for i in range(300)]
+    (tmp_path / "houses.json").write_text("\n".join(lines) + "\n")
+    (tmp_path / "houses.csv").write_text("city,rooms,price,good\n" + "\n".join(
+        f"{r['city']},{r['rooms']},{r['price']},{r['good']}" for r in map(json.loads, lines)) + "\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "job.yaml").write_text(
+        "name: houses\n"
+        f"data: {{source: {tmp_path / 'houses.json'}, format: json, label: good}}\n"
+        "features:\n"
+        "  - {name: city, type: categorical}\n"
+        "  - {name: rooms, type: numeric}\n"
+        "  - {name: price, type: numeric}\n"
+        "train: {epochs: 1, num_workers: 1, compare_baseline: false}\n"
+        f"tracking: {{uri: '{uri}', artifact_location: {tmp_path / 'mlartifacts'}}}\n")
+    rc, out, err = _sparktrain(tmp_path, "run", tmp_path / "job.yaml", "--master", "local[2]", timeout=600)
+    assert rc == 0, err[-3000:]
+    rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/houses@champion", "--input",
+                               tmp_path / "houses.json", "--output", tmp_path / "scored", "--tracking-uri", uri,
+                               "--master", "local[2]")
+    assert rc == 0, err[-3000:]
+    assert "scored 300 rows with models:/houses@champion" in out
+    assert "reading" in err and "as json (the format the model was trained with (data.format))" in err
+    rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/houses@champion", "--input",
+                               tmp_path / "houses.csv", "--output", tmp_path / "scored_csv", "--tracking-uri", uri,
+                               "--master", "local[2]")
+    assert rc == 1 and out == ""
+    assert f"error: config key '--format' = 'json': Spark cannot read the scoring input '{tmp_path / 'houses.csv'}' " \
+           f"as json (chosen by the format the model was trained with (data.format))" in err
+    assert "Traceback" not in err and not (tmp_path / "scored_csv").exists()

@@ -28,6 +28,7 @@ _EPILOG = """examples:
   sparktrain preprocess conf/job.yaml --set data.source=other.csv  # any key, e.g. another input
   sparktrain tune conf/job.yaml                          # hyperparameter search (needs a tune: section)
   sparktrain score --model models:/my-job@champion --input raw.parquet --output scored.parquet
+  sparktrain score --model models:/my-job@champion --table sales.new_orders --output scored.parquet
   sparktrain mlflow-server                               # MLflow UI/server on 127.0.0.1:5000
 """
 
@@ -82,16 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
                                    "engine: optuna, pruned by pruner: and continued when rerun.")
     _add_job_args(p)
 
-    p = sub.add_parser("score", help="score raw Parquet/CSV with a registered model, write Parquet",
+    p = sub.add_parser("score", help="score raw rows (any data: format, a table or a query) with a registered "
+                                      "model, write Parquet",
                        description="Load an MLflow model (e.g. models:/NAME@champion) and score raw rows "
-                                   "in Spark; the model carries its own feature pipeline.")
+                                   "in Spark; the model carries its own feature pipeline. The input is read "
+                                   "as data: reads it: by default with the format and reader options the model "
+                                   "was trained with.")
     p.add_argument("--model", required=True, help="MLflow model URI, e.g. models:/my-job@champion")
-    p.add_argument("--input", required=True, help="raw input: a Parquet directory or a .csv file")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", help="raw input: a file or folder (parquet, csv, json or orc)")
+    src.add_argument("--table", help="raw input: a catalog table or view, e.g. sales.orders")
+    src.add_argument("--query", help="raw input: Spark SQL over the catalog's tables and views")
     p.add_argument("--output", required=True, help="where to write the scored Parquet")
-    p.add_argument("--format", choices=["parquet", "csv"], help="input format (default: by extension)")
+    p.add_argument("--format", choices=["parquet", "csv", "json", "orc"],
+                   help="input format (default: the model's data.format, else by extension)")
     p.add_argument("--option", action="append", default=[], dest="options", metavar="KEY=VALUE",
-                   help="a Spark reader option for the input, e.g. --option nullValue=NA --option sep=';' "
-                        "(CSV: header=true, inferSchema=true unless given)")
+                   help="a Spark reader option for the input, over the model's data.options, e.g. "
+                        "--option nullValue=NA --option sep=';' (CSV: header=true, inferSchema=true unless given)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite:///work/mlflow.db)")
     p.add_argument("--master", help="Spark master URL (default local[*])")
 
@@ -166,7 +174,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "score":
         return job.score_command(model_uri=args.model, input_path=args.input, output_path=args.output,
                                  fmt=args.format, tracking_uri=args.tracking_uri, master=args.master,
-                                 options=_options(args.options))
+                                 options=_options(args.options), table=args.table, query=args.query)
     from sparktrain.config import load_config
     cfg = load_config(args.config, overrides=args.overrides)  # validated before any Spark work
     stages: List[str] = {

@@ -310,15 +310,16 @@ def _defined(cfg: JobConfig, stage: str) -> bool:
     return True
 
 
-def score_command(model_uri: str, input_path: str, output_path: str, fmt: Optional[str] = None,
+def score_command(model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
                   tracking_uri: Optional[str] = None, master: Optional[str] = None,
-                  options: Optional[Dict[str, str]] = None) -> int:
-    """``sparktrain score``: score raw rows with a registered model in Spark."""
+                  options: Optional[Dict[str, str]] = None, table: Optional[str] = None,
+                  query: Optional[str] = None) -> int:
+    """``sparktrain score``: score raw rows (a file or folder, a table or a query) with a registered model."""
     from sparktrain.serve.scoring import score_path
 
     spark = get_or_create_session(master)
     n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
-                   options=options)
+                   options=options, table=table, query=query)
     print(f"scored {n:,} rows with {model_uri} -> {output_path}")
     return 0
 

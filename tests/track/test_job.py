@@ -338,6 +338,37 @@ def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previo
     assert spark.read.parquet(str(out)).count() == 10
 
 
+def test_score_reads_with_the_models_format_and_refuses_another_without_format(job, spark, raw_rows, tmp_path):
+    """The model records data.format (parquet here): a JSON file is read as parquet unless --format says json."""
+    from sparktrain.errors import ConfigError
+    from sparktrain.serve.scoring import score_path, trained_reader
+
+    uri = f"models:/{MODEL}@champion"
+    assert trained_reader(uri) == {"input": "source", "format": "parquet", "options": {}}
+    as_json = tmp_path / "rows.json"  # the extension says json; the model's format wins without --format
+    spark.read.parquet(raw_rows).write.json(str(as_json))
+    out = tmp_path / "scored"
+    with pytest.raises(ConfigError) as err:
+        score_path(spark, uri, str(as_json), str(out), tracking_uri=job["uri"])
+    text = str(err.value)
+    assert f"Spark cannot read the scoring input '{as_json}' as parquet (chosen by the format the model was " \
+           f"trained with (data.format))" in text
+    assert "Fix: pass --format with the file's own format (csv, json, orc)" in text
+    assert "Traceback" not in text and "\tat " not in text and not out.exists()
+    n = score_path(spark, uri, str(as_json), str(out), fmt="json", tracking_uri=job["uri"])
+    from_json = _by_key(spark.read.parquet(str(out)).select("flight_id", "probability").toPandas())
+    parquet_out = tmp_path / "scored_parquet"
+    assert score_path(spark, uri, raw_rows, str(parquet_out), tracking_uri=job["uri"]) == n
+    from_parquet = _by_key(spark.read.parquet(str(parquet_out)).select("flight_id", "probability").toPandas())
+    np.testing.assert_allclose(from_json["probability"], from_parquet["probability"], rtol=0, atol=1e-6)
+    # a catalog table or view, as data.table reads it
+    spark.read.parquet(raw_rows).createOrReplaceTempView("score_rows_view")
+    assert score_path(spark, uri, None, str(tmp_path / "from_table"), table="score_rows_view",
+                      tracking_uri=job["uri"]) == n
+    with pytest.raises(ConfigError, match=r"'--table' = 'no_such_view': no such table or view in the catalog"):
+        score_path(spark, uri, None, str(tmp_path / "t2"), table="no_such_view", tracking_uri=job["uri"])
+
+
 def test_unknown_model_name_lists_registered_models(job, spark, raw_rows, tmp_path):
     from sparktrain.serve.scoring import score_path
 

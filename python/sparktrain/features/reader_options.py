@@ -82,10 +82,28 @@ def reader_options(fmt: str, options: Mapping[str, Any]) -> Dict[str, str]:
     return {k: _text(v) for k, v in merged.items()}
 
 
+def reader_record(data: Any) -> Dict[str, Any]:
+    """What a registered model records of the ``data:`` section it was trained from (MLflow metadata ``data``).
+
+    ``{"input": "source" | "table" | "query", "format": ..., "options": {...}}``
+    (format and options for ``data.source`` only, the options as Spark got
+    them: defaults included, values masked like every value sparktrain
+    logs); ``sparktrain score`` reads its input with them by default.
+    """
+    from sparktrain._internal.secrets import mask_value
+
+    kind = data.input_kind or "source"
+    record: Dict[str, Any] = {"input": kind}
+    if kind == "source":
+        record.update(format=data.format,
+                      options={k: mask_value(v) for k, v in reader_options(data.format, data.options).items()})
+    return record
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-__all__ = ["CSV_DEFAULTS", "GENERIC", "READER_OPTIONS", "check_reader_options", "reader_options"]
+__all__ = ["CSV_DEFAULTS", "GENERIC", "READER_OPTIONS", "check_reader_options", "reader_options", "reader_record"]

@@ -1,26 +1,37 @@
-"""Score raw Parquet or CSV with a model from the registry, in Spark, and write Parquet.
+"""Score raw rows with a model from the registry, in Spark, and write Parquet.
 
 ``sparktrain score --model models:/churn@champion --input raw.parquet --output scored.parquet``
-runs :func:`score_path`: check the model URI against the registry, check the
-input has every column of the model's signature, cast them to the signature's
-types, apply ``mlflow.pyfunc.spark_udf`` and write the input columns plus
-``prediction`` (and ``probability``), atomically, with a ``_manifest.json``.
-``--output`` must be new, empty or an earlier scored output
-(:mod:`sparktrain.data.guard`).
+runs :func:`score_path`: check the model URI against the registry, read the
+input as ``data:`` reads it (any of Spark's file formats with its reader
+options, a catalog table, or a query), check it has every column of the
+model's signature, cast them to the signature's types, apply
+``mlflow.pyfunc.spark_udf`` and write the input columns plus ``prediction``
+(and ``probability``), atomically, with a ``_manifest.json``.  ``--output``
+must be new, empty or an earlier scored output (:mod:`sparktrain.data.guard`).
+
+The reader: ``--format`` and ``--option`` when given; else the format and
+options the model was trained with (``data.format``, ``data.options``,
+recorded in the model's metadata by
+:func:`sparktrain.features.reader_options.reader_record`); else the input's
+extension.  A file Spark cannot read in that format is refused naming the
+file, the format and where the format came from, not with a Java trace.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from sparktrain._internal.secrets import mask_value
-from sparktrain.errors import ConfigError, MissingColumnError, TrackingError
+from sparktrain.errors import ConfigError, DatasetNotFoundError, MissingColumnError, TrackingError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TRACKING_URI = "sqlite:///work/mlflow.db"
+#: The file formats ``score`` reads (``data.format``'s).
+FORMATS = ("parquet", "csv", "json", "orc")
+_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".orc": "orc", ".parquet": "parquet"}
 
 
 def resolve_tracking_uri(tracking_uri: Optional[str] = None) -> str:
@@ -28,29 +39,108 @@ def resolve_tracking_uri(tracking_uri: Optional[str] = None) -> str:
     return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def trained_reader(model_uri: str) -> Optional[Dict[str, Any]]:
+    """The ``data`` record of the model at ``model_uri`` (:func:`~sparktrain.features.reader_options.reader_record`),
+    or None for an older model."""
+    from mlflow.models import get_model_info
+
+    meta = get_model_info(model_uri).metadata or {}
+    record = (meta.get("sparktrain") or {}).get("data")
+    return record if isinstance(record, dict) else None
+
+
 def input_format(path: str, fmt: Optional[str] = None) -> str:
-    """``parquet`` or ``csv``: ``fmt`` when given, else by extension (a folder of ``.csv`` files is CSV)."""
+    """``fmt`` when given, else by extension (a folder of ``.csv`` files is CSV; default Parquet)."""
     if fmt:
-        if fmt not in ("parquet", "csv"):
-            raise ConfigError("--format", fmt, "use parquet or csv")
+        if fmt not in FORMATS:
+            raise ConfigError("--format", fmt, f"use one of {', '.join(FORMATS)}")
         return fmt
-    if path.lower().endswith(".csv"):
-        return "csv"
+    ext = os.path.splitext(path.rstrip("/").lower())[1]
+    if ext in _EXTENSIONS:
+        return _EXTENSIONS[ext]
     if os.path.isdir(path):
         names = [n for n in os.listdir(path) if not n.startswith((".", "_"))]
-        if names and all(n.lower().endswith(".csv") for n in names):
-            return "csv"
+        exts = {os.path.splitext(n.lower())[1] for n in names}
+        if names and len(exts) == 1 and exts <= set(_EXTENSIONS):
+            return _EXTENSIONS[exts.pop()]
     return "parquet"
 
 
-def read_input(spark: Any, path: str, fmt: Optional[str] = None, options: Optional[Dict[str, str]] = None):
-    """The raw rows at ``path`` as a DataFrame (CSV: header row, types inferred; ``options`` win)."""
+def choose_reader(path: str, fmt: Optional[str], options: Optional[Mapping[str, str]],
+                  trained: Optional[Mapping[str, Any]]) -> Tuple[str, Dict[str, str], str]:
+    """``(format, reader options, where the format came from)`` for a scoring input (module docstring).
+
+    The model's recorded options apply when its format is used; ``options`` win over them.
+    """
+    from sparktrain.features.reader_options import check_reader_options, reader_options
+
+    source = trained if trained and trained.get("input") == "source" and trained.get("format") else None
+    if fmt:
+        chosen, why = input_format(path, fmt), "--format"
+    elif source is not None:
+        chosen, why = str(source["format"]), "the format the model was trained with (data.format)"
+    else:
+        chosen, why = input_format(path), "the input's extension"
+    base = dict(source.get("options") or {}) if source is not None and source["format"] == chosen else {}
+    given = dict(options or {})
+    try:
+        check_reader_options(chosen, given)
+    except ConfigError as exc:
+        key = exc.path.rsplit(".", 1)[-1]
+        raise ConfigError(f"--option {key}", exc.value, exc.fix) from exc
+    if base:  # the model's options (their defaults included), then the ones given
+        return chosen, {**base, **{k: v for k, v in reader_options(chosen, given).items() if k in given}}, why
+    return chosen, reader_options(chosen, given), why
+
+
+def read_input(spark: Any, path: str, fmt: Optional[str] = None, options: Optional[Dict[str, str]] = None,
+               why: str = "--format"):
+    """The raw rows at ``path`` as a DataFrame, read as ``fmt`` with ``options``.
+
+    Raises :class:`DatasetNotFoundError` for a path that does not exist and a
+    :class:`ConfigError` on ``--format`` naming the file and the format for a
+    file Spark cannot read in it.
+    """
+    from sparktrain.features.load import load_input
+    from sparktrain.features.sections import DataConfig
+
     if "://" not in path and not os.path.exists(path):
-        from sparktrain.errors import DatasetNotFoundError
-        raise DatasetNotFoundError(f"scoring input '{path}' does not exist; pass a Parquet folder or a .csv file")
-    if input_format(path, fmt) == "csv":
-        return spark.read.options(**{"header": "true", "inferSchema": "true", **(options or {})}).csv(path)
-    return spark.read.options(**(options or {})).parquet(path)
+        raise DatasetNotFoundError(f"scoring input '{path}' does not exist; pass a file or folder Spark reads "
+                                   f"({', '.join(FORMATS)}), or --table / --query for data in the catalog")
+    chosen = input_format(path, fmt)
+    try:
+        df = load_input(spark, DataConfig(source=path, format=chosen,  # type: ignore[arg-type]
+                                          options=dict(options or {})))
+    except DatasetNotFoundError as exc:
+        raise DatasetNotFoundError(f"scoring input '{path}' does not exist ({exc})") from exc
+    except ConfigError as exc:
+        raise unreadable(path, chosen, why, exc.__cause__ or exc) from exc
+    corrupt = (options or {}).get("columnNameOfCorruptRecord", "_corrupt_record")
+    if chosen in ("json", "csv") and df.columns == [corrupt]:
+        raise unreadable(path, chosen, why, f"every record is malformed {chosen} (only '{corrupt}' was read)")
+    return df
+
+
+def unreadable(path: str, fmt: str, why: str, cause: Any) -> ConfigError:
+    """The error for a scoring input Spark cannot read as ``fmt``: the file, the format and the fix."""
+    text = str(cause).strip().splitlines()
+    first = (text[0] if text else type(cause).__name__).rstrip(". ")
+    first = first if len(first) <= 300 else first[:300] + "..."
+    return ConfigError("--format", fmt, f"Spark cannot read the scoring input '{path}' as {fmt} (chosen by {why}): "
+                                        f"{first}. Fix: pass --format with the file's own format "
+                                        f"({', '.join(f for f in FORMATS if f != fmt)}), and --option for its "
+                                        f"reader options")
+
+
+def read_catalog(spark: Any, table: Optional[str] = None, query: Optional[str] = None):
+    """A catalog table or view (``--table``), or Spark SQL (``--query``), as ``data.table``/``data.query`` read them."""
+    from sparktrain.features.load import load_input
+    from sparktrain.features.sections import DataConfig
+
+    try:
+        return load_input(spark, DataConfig(table=table, query=query))
+    except ConfigError as exc:
+        raise ConfigError("--table" if table is not None else "--query", exc.value, exc.fix) from exc
 
 
 def signature_columns(model_uri: str) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
@@ -102,28 +192,33 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
 
 
-def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fmt: Optional[str] = None,
-               tracking_uri: Optional[str] = None, options: Optional[Dict[str, str]] = None) -> int:
-    """Score raw rows at ``input_path`` with ``model_uri`` and write Parquet to ``output_path``.
+def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
+               tracking_uri: Optional[str] = None, options: Optional[Dict[str, str]] = None,
+               table: Optional[str] = None, query: Optional[str] = None) -> int:
+    """Score raw rows with ``model_uri`` and write Parquet to ``output_path``.
 
     Parameters
     ----------
     spark : SparkSession
     model_uri : str
         ``models:/NAME@champion``, ``models:/NAME/3``, ``runs:/...`` or a path.
-    input_path : str
-        Raw Parquet (folder or file) or CSV (``.csv`` file or folder of them).
+    input_path : str or None
+        Raw rows: a file or folder in any format ``data.format`` takes
+        (``parquet``, ``csv``, ``json``, ``orc``).  Exactly one of
+        ``input_path``, ``table`` and ``query``.
     output_path : str
         Parquet folder.  Written to a staging folder and renamed into place
         when complete, with a ``_manifest.json`` (files, rows, schema, the
         model and input); it replaces only an earlier scored output or an
         empty folder.
-    fmt : {"parquet", "csv"}, optional
-        Input format; by extension when omitted.
+    fmt : str, optional
+        Input format; default: the format the model was trained with, else by extension.
     options : dict, optional
-        Spark reader options (``nullValue``, ``sep``...).
+        Spark reader options (``nullValue``, ``sep``...), over the model's recorded ones.
     tracking_uri : str, optional
         Where the registry is (see :func:`resolve_tracking_uri`).
+    table, query : str, optional
+        A catalog table or view, or Spark SQL, instead of ``input_path``.
 
     Returns
     -------
@@ -132,6 +227,9 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
 
     Raises
     ------
+    ConfigError
+        Not exactly one input; an unknown reader option; an input Spark cannot
+        read in the chosen format (naming the file, the format and where it came from).
     ModelNotFoundError
         The model name (or alias/version) is not in the registry; the message
         lists the registered models.
@@ -150,21 +248,61 @@ def score_path(spark: Any, model_uri: str, input_path: str, output_path: str, fm
     from sparktrain.track import store
     from sparktrain.track.registry import check_model_uri
 
+    given = {k: v for k, v in (("--input", input_path), ("--table", table), ("--query", query)) if v is not None}
+    if len(given) != 1:
+        raise ConfigError("--input", input_path, "give exactly one of --input (a file or folder), --table (a "
+                                                 "catalog table or view) or --query (Spark SQL)")
+    if input_path is None and (fmt or options):
+        raise ConfigError("--format" if fmt else "--option", fmt or options,
+                          "reader options apply to files read with --input; a table or query is read as the "
+                          "catalog defines it")
     raw_uri = resolve_tracking_uri(tracking_uri)
     apart, keep_out = mlflow_paths(raw_uri)
-    check_output_location(output_path, "--output", inputs=[("--input", input_path)], keep_apart=apart,
-                          keep_out=keep_out)
+    check_output_location(output_path, "--output", inputs=[("--input", input_path)] if input_path else [],
+                          keep_apart=apart, keep_out=keep_out)
     check_replaceable(output_path, "--output")  # before the registry, the model and any Spark job
     uri = store.preflight(raw_uri)
     store.configure(uri)
     check_model_uri(MlflowClient(uri, uri), model_uri)
-    df = read_input(spark, input_path, fmt, options)
-    scored = score_dataframe(spark, df, model_uri, where=f"the scoring input '{input_path}'")
-    with atomic_dir(output_path) as staging:  # a failed job leaves the previous output as it was
-        scored.write.parquet(staging)
-        manifest = build_manifest(staging, extra={"written_by": "sparktrain score", "model": model_uri,
-                                                  "input": input_path}, compute_digest=False)
-        write_manifest(staging, manifest)
+    if input_path is not None:
+        chosen, reader, why = choose_reader(input_path, fmt, options, trained_reader(model_uri))
+        log.info("score: reading %s as %s (%s)", mask_value(input_path), chosen, why)
+        df = read_input(spark, input_path, chosen, reader, why=why)
+        where, described = f"the scoring input '{input_path}' (read as {chosen})", input_path
+    else:
+        df = read_catalog(spark, table=table, query=query)
+        where = f"the table '{table}'" if table is not None else "the query's result"
+        described = f"table {table}" if table is not None else f"query {query}"
+    scored = score_dataframe(spark, df, model_uri, where=where)
+    try:
+        with atomic_dir(output_path) as staging:  # a failed job leaves the previous output as it was
+            scored.write.parquet(staging)
+            manifest = build_manifest(staging, extra={"written_by": "sparktrain score", "model": model_uri,
+                                                      "input": described}, compute_digest=False)
+            write_manifest(staging, manifest)
+    except Exception as exc:
+        if input_path is not None and _cannot_read(exc):  # a file found bad only when the job reads it
+            raise unreadable(input_path, chosen, why, _read_failure(exc)) from exc
+        raise
     n = int(manifest["num_rows"])
-    log.info("scored %d rows of %s with %s -> %s", n, mask_value(input_path), model_uri, mask_value(output_path))
+    log.info("scored %d rows of %s with %s -> %s", n, mask_value(described), model_uri, mask_value(output_path))
     return n
+
+
+_READ_FAILURES = ("FAILED_READ_FILE", "is not a Parquet file", "Malformed records are detected",
+                  "Malformed ORC file", "CANNOT_READ_FILE_FOOTER")
+
+
+def _cannot_read(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(m in text for m in _READ_FAILURES)
+
+
+def _read_failure(exc: BaseException) -> str:
+    """The line of a Spark job's failure that names the file and what is wrong with it."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for marker in _READ_FAILURES[1:] + _READ_FAILURES[:1]:
+        for ln in lines:
+            if marker in ln:
+                return ln
+    return lines[0] if lines else type(exc).__name__

@@ -206,8 +206,10 @@ def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[
                                    ).info.run_id
     target: str = run_id
     metric, score, higher = score_of(model.inputs.task, metrics, model.history)
+    from sparktrain.features.reader_options import reader_record
+
     info = log_pyfunc_model(model, root, target, input_example=input_example,
-                            metadata={"score_metric": metric, "score": score},
+                            metadata={"score_metric": metric, "score": score, "data": reader_record(cfg.data)},
                             params=client.get_run(target).data.params, client=client)
     name, version, champion, uri = None, None, False, info.model_uri
     if cfg.tracking.register:

@@ -27,7 +27,8 @@ from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
 from sparktrain.train._executor.spec import InputSpec, WorkerSpec, group_specs
-from sparktrain.train.inputs import column_stats, exists, infer_inputs, read_features_json
+from sparktrain.train.frame import FrameInputs, describe as describe_inputs, resolve as resolve_frame
+from sparktrain.train.inputs import column_stats, exists, infer_inputs
 from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams, attach_setters
@@ -63,7 +64,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  task: Optional[str] = None, store: Optional[str] = None, validationFraction: Optional[float] = None,
                  runId: Optional[str] = None, labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                  categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
-                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None) -> None:
+                 predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
+                 featuresCol: Optional[str] = None, rawPredictionCol: Optional[str] = None) -> None:
         super().__init__()
         self.callbacks: List[TrainingCallback] = []
         self.show_progress = True
@@ -87,7 +89,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                   task: Optional[str] = None, store: Optional[str] = None, validationFraction: Optional[float] = None,
                   runId: Optional[str] = None, labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                   categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
-                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None) -> "_DistributedEstimator":
+                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
+                  featuresCol: Optional[str] = None, rawPredictionCol: Optional[str] = None
+                  ) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
         return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
@@ -112,6 +116,13 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
     def setProbabilityCol(self, value: str) -> "_DistributedEstimator":
         return self._set(probabilityCol=value)
+
+    def setFeaturesCol(self, value: str) -> "_DistributedEstimator":
+        """Train on this vector or fixed-length numeric array column (e.g. a VectorAssembler's output)."""
+        return self._set(featuresCol=value)
+
+    def setRawPredictionCol(self, value: str) -> "_DistributedEstimator":
+        return self._set(rawPredictionCol=value)
 
     def write(self) -> Any:
         """Spark ML's writer; factories are not persisted, and a warning names each one that is dropped."""
@@ -177,25 +188,29 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         root = getattr(dataset, "path", dataset)
         if isinstance(root, (str, os.PathLike)):
             root = os.fspath(root).rstrip("/")
-            train_path, val_path, meta = _split_paths(root)
+            train_path, val_path, meta = plan_mod.split_paths(root)
             data_fp: Dict[str, Any] = plan_mod.path_fingerprint(train_path, val_path)
-            binary01, from_frame = None, False
+            binary01, from_frame, unused = None, False, ()  # type: Optional[bool], bool, Sequence[str]
+            features = self.getFeaturesCol()
+            named = self._named_inputs()
+            vectors: Optional[Dict[str, Optional[int]]] = {features: None} if features else None
         else:  # the label decided as preprocess decides it: its entry stands in for features.json's
-            train_path, val_path, data_fp, label_entry = self._dataframe_input(dataset, store, run_id, stored)
+            train_path, val_path, data_fp, label_entry, frame = self._dataframe_input(dataset, store, run_id, stored)
             root, meta = plan_mod.run_uri(store, run_id, "data"), {"label": label_entry}
-            binary01, from_frame = data_fp["dataframe"].get("label_is_01"), True
+            binary01, from_frame, unused = data_fp["dataframe"].get("label_is_01"), True, frame.unused
+            widths = data_fp["dataframe"].get("widths") or {}
+            vectors = {c: widths[c] for c in frame.vectors}
+            infer_cat = not self.isDefined(self.categoricalCols) and self.getFeaturesCol() is None
+            named = (list(frame.numeric), None if infer_cat else list(frame.categorical))
         stats = column_stats(train_path)  # footers only, read once for the task and the inputs
         if self.getTask() == "auto" and not (meta or {}).get("task"):
-            if binary01 is None and _float_01_range(stats, label):
+            if binary01 is None and plan_mod.float_01_range(stats, label):
                 binary01 = plan_mod.float_label_is_01(_session_for(dataset), train_path, label)
             if binary01:  # Spark ML's convention: 0.0/1.0 double labels are two classes
                 meta = dict(meta or {}, task="binary")
         exclude = [*self.getExcludeCols(), *((meta or {}).get("exclude") or [])]
-        inputs = infer_inputs(
-            train_path, label,
-            numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
-            categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,
-            task=self.getTask(), exclude=exclude, meta=meta, stats=stats)
+        inputs = infer_inputs(train_path, label, numeric=named[0], categorical=named[1], task=self.getTask(),
+                              exclude=exclude, meta=meta, stats=stats, vectors=vectors)
         spec = self._worker_spec(train_path, val_path, inputs, run_id, store)
         factories = {name: _qualname(fn) for name, fn in (("model", self._model_factory),
                                                           ("loss", self._loss_factory),
@@ -205,7 +220,15 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             plan_mod.check_same(run_id, stored, fp)
         return TrainingPlan(run_id=run_id, resume=stored is not None, dataset=root, train_path=train_path,
                             val_path=val_path, inputs=inputs, spec=spec, fingerprint=fp,
-                            features=None if from_frame else meta)
+                            features=None if from_frame else meta, unused=tuple(unused))
+
+    def _named_inputs(self) -> Tuple[Optional[List[str]], Optional[List[str]]]:
+        """``(numericCols, categoricalCols)`` as given; with ``featuresCol`` set, an unset one is empty."""
+        features = self.getFeaturesCol() is not None
+        numeric = self.getNumericCols() if self.isDefined(self.numericCols) else ([] if features else None)
+        categorical = self.getCategoricalCols() if self.isDefined(self.categoricalCols) else \
+            ([] if features else None)
+        return numeric, categorical
 
     def model_from_plan(self, plan: TrainingPlan, model_bytes: bytes,
                         history: Sequence[Dict[str, float]]) -> _DistributedModel:
@@ -228,9 +251,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             if not plan.resume:
                 plan_mod.discard(plan.spec.store, plan.run_id)
             raise
-        log.info("training %s (%s) with %d workers, %s run %s: %d numeric + %d categorical inputs, task %s",
-                 self._framework, plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new",
-                 plan.run_id, len(plan.inputs.numeric), len(plan.inputs.categorical), plan.inputs.task)
+        log.info("training %s (%s) with %d workers, %s run %s, task %s; inputs: %s", self._framework,
+                 plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new", plan.run_id,
+                 plan.inputs.task, describe_inputs(plan.inputs, plan.unused))
         planned = time.perf_counter() - t0
         result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
         result.plan_s = planned
@@ -280,17 +303,26 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")}, python=sys.executable)
 
     def _dataframe_input(self, df: Any, store: str, run_id: str, stored: Optional[Dict[str, Any]]
-                         ) -> Tuple[str, Optional[str], Dict[str, Any], Dict[str, Any]]:
+                         ) -> Tuple[str, Optional[str], Dict[str, Any], Dict[str, Any], FrameInputs]:
         """Check, fingerprint and (unless this run already holds it) materialize a DataFrame input.
 
-        The label goes through preprocess's policy (:func:`~sparktrain.train.plan.dataframe_label`):
-        the same types accepted, the same errors, a string label indexed.  Returns
-        ``(train, validation or None, data fingerprint, the label's features.json-style entry)``.
+        Each column is an input or refused (:mod:`sparktrain.train.frame`), from the schema, before any
+        job.  The label goes through preprocess's policy (:func:`~sparktrain.train.plan.dataframe_label`):
+        the same types accepted, the same errors, a string label indexed.  The inputs are converted in
+        Spark (vectors to ``array<float>``, booleans to 0/1...) and the float blocks' lengths checked in
+        the fingerprint's job.  Returns ``(train, validation or None, data fingerprint, the label's
+        features.json-style entry, the columns' use)``.
         """
         label = self.getLabelCol()
+        plan_mod.check_label(df, label)
+        frame = resolve_frame(df.schema, label, features_col=self.getFeaturesCol(),
+                              numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
+                              categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,
+                              exclude=self.getExcludeCols())
         decision = plan_mod.dataframe_label(df, label, self.getTask())
         frac = self.getValidationFraction()
-        content = plan_mod.dataframe_fingerprint(df, label)
+        df = frame.frame(df, label)
+        content = plan_mod.dataframe_fingerprint(df, label, blocks=frame.vectors)
         data_fp = {"dataframe": content, "validation_fraction": frac}
         entry = plan_mod.label_meta(decision)
         from sparktrain.data.run_store import RunStore
@@ -303,31 +335,11 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             if exists(run.data_uri("train")):
                 log.info("run %s: the DataFrame matches the run's data; reusing %s", run_id, run.data_uri())
                 val = run.data_uri("validation")
-                return run.data_uri("train"), (val if exists(val) else None), data_fp, entry
+                return run.data_uri("train"), (val if exists(val) else None), data_fp, entry, frame
         train_path, val_path = plan_mod.materialize_dataframe(
             df, run.data_uri(), label, frac, content["null_labels"], seed=self.getOrDefault(self.seed),
             labels=decision.encoding.labels)
-        return train_path, val_path, data_fp, entry
-
-
-def _split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
-    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split."""
-    train = f"{root}/train"
-    if not exists(train):
-        train = root  # a single split given directly
-    val = f"{root}/validation"
-    meta = read_features_json(root)
-    if meta is not None:
-        meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
-    return train, (val if exists(val) and train != root else None), meta
-
-
-def _float_01_range(stats: Dict[str, Dict[str, Any]], label: str) -> bool:
-    """A floating-point label whose footer statistics say min 0 and max 1 (maybe binary, maybe not)."""
-    import pyarrow as pa
-
-    st = stats.get(label)
-    return st is not None and pa.types.is_floating(st["type"]) and st["min"] == 0 and st["max"] == 1
+        return train_path, val_path, data_fp, entry, frame
 
 
 def _session_for(dataset: Any):
@@ -351,6 +363,10 @@ class TorchEstimator(_DistributedEstimator):
     >>> est = TorchEstimator(numWorkers=2, epochs=3, labelCol="label", store="work/store")  # doctest: +SKIP
     >>> model = est.fit("work/job/dataset")          # a materialized dataset   # doctest: +SKIP
     >>> model.transform(test_df).select("prediction", "probability").show(3)          # doctest: +SKIP
+
+    In a Spark ML pipeline, on a ``VectorAssembler``'s output:
+
+    >>> Pipeline(stages=[assembler, TorchEstimator(featuresCol="features")]).fit(df)  # doctest: +SKIP
     """
 
     _framework = "torch"

@@ -85,12 +85,20 @@ def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalRes
     t0 = time.perf_counter()
     train = spark.read.parquet(os.path.join(dataset_path, "train")).withColumn("__y", F.col(label).cast("double"))
     test = spark.read.parquet(os.path.join(dataset_path, "test")).withColumn("__y", F.col(label).cast("double"))
+    blocks = [c for c, _ in inputs.vectors]
+    if blocks:  # VectorAssembler takes vectors, not arrays: each float block as a vector
+        from pyspark.ml.functions import array_to_vector
+
+        for c in blocks:
+            train = train.withColumn(f"{c}__vec", array_to_vector(F.col(f"`{c}`")))
+            test = test.withColumn(f"{c}__vec", array_to_vector(F.col(f"`{c}`")))
     cats = [c for c, _ in inputs.categorical]
     stages: List[Any] = []
     if cats:
         stages.append(OneHotEncoder(inputCols=cats, outputCols=[f"{c}__oh" for c in cats], dropLast=False,
                                     handleInvalid="keep"))
-    stages.append(VectorAssembler(inputCols=[*inputs.numeric, *(f"{c}__oh" for c in cats)], outputCol="__x",
+    stages.append(VectorAssembler(inputCols=[*inputs.numeric, *(f"{c}__vec" for c in blocks),
+                                             *(f"{c}__oh" for c in cats)], outputCol="__x",
                                   handleInvalid="keep"))
     task = inputs.task
     if task == "regression":

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from sparktrain.errors import DatasetNotFoundError, MissingColumnError, SchemaError
+from sparktrain.errors import DataError, DatasetNotFoundError, MissingColumnError, SchemaError
 from sparktrain.train._executor.spec import InputSpec
 
 log = logging.getLogger(__name__)
@@ -91,10 +91,64 @@ def _cardinalities_from_features(meta: Optional[Dict[str, Any]]) -> Dict[str, in
     return out
 
 
+def unusable_columns(items: Sequence[Tuple[str, str]], where: str) -> SchemaError:
+    """The one error that refuses every unusable column (``(name, what it is)``), with the fixes."""
+    listing = "; ".join(f"'{c}' ({why})" for c, why in items)
+    names = ", ".join(repr(c) for c, _ in items)
+    return SchemaError(
+        f"fit() cannot use {len(items)} column(s) of {where}, and drops none silently: {listing}. Fix: leave "
+        f"them out with excludeCols=[{names}]; or encode them first (a features: spec through sparktrain "
+        f"preprocess, or Spark ML stages such as StringIndexer); or name the inputs with featuresCol (e.g. a "
+        f"VectorAssembler's output) or numericCols and categoricalCols")
+
+
+def _arrow_kind(t: Any) -> Optional[str]:
+    """``numeric``, ``categorical`` or ``block`` for a Parquet column the network can take, else None."""
+    import pyarrow as pa
+
+    from sparktrain.data.arrays import is_vector_type
+
+    if pa.types.is_floating(t) or pa.types.is_decimal(t) or pa.types.is_boolean(t):
+        return "numeric"
+    if pa.types.is_integer(t):
+        return "categorical"
+    if is_vector_type(t):
+        return "block"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        v = t.value_type
+        if pa.types.is_floating(v) or pa.types.is_integer(v) or pa.types.is_decimal(v):
+            return "block"
+    return None
+
+
+def block_width(train_path: str, column: str, t: Any) -> int:
+    """Values per row of a float block in Parquet: from a fixed-size list's type, else from its first rows.
+
+    Rows of another length further on fail in the reader, naming the column
+    (``fit(df)`` checks every row instead: :func:`sparktrain.train.frame.check_blocks`).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparktrain.data.arrays import column_to_numpy
+
+    if pa.types.is_fixed_size_list(t):
+        return int(t.list_size)
+    fs, files = _parquet_files(train_path)
+    for f in files:
+        for batch in pq.ParquetFile(f, filesystem=fs).iter_batches(batch_size=1024, columns=[column]):
+            col = batch.column(0).drop_null()
+            if len(col):
+                return int(column_to_numpy(column, col[:1]).shape[1])
+    raise DataError(f"column '{column}' in '{train_path}' is null in every row, so its length is unknown; "
+                    f"fill it, or leave it out with excludeCols=['{column}']")
+
+
 def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] = None,
                  categorical: Optional[Sequence[str]] = None, task: str = "auto",
                  exclude: Sequence[str] = (), meta: Optional[Dict[str, Any]] = None,
-                 stats: Optional[Dict[str, Dict[str, Any]]] = None) -> InputSpec:
+                 stats: Optional[Dict[str, Dict[str, Any]]] = None,
+                 vectors: Optional[Mapping[str, Optional[int]]] = None) -> InputSpec:
     """Build the :class:`InputSpec` for ``train_path``.
 
     Parameters
@@ -110,15 +164,29 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
         Columns never used as inputs (keys, ids).
     meta : dict, optional
         A parsed ``features.json`` giving index cardinalities.
+    vectors : mapping of str to int or None, optional
+        Explicit float blocks (``featuresCol``) with their widths when known
+        (None: :func:`block_width`); inferred when not given.
+
+    Data without a ``features.json`` (any Parquet, or a DataFrame's) follows
+    the rules of ``fit(df)`` (:mod:`sparktrain.train.frame`): floats, decimals
+    and booleans are numeric, integers categorical, numeric lists and Spark ML
+    vectors float blocks, and every other column is refused by name unless
+    the inputs are named (``vectors``, ``numeric`` and ``categorical`` all
+    given) or excluded.  A preprocessed dataset's columns are its spec's.
     """
     import pyarrow as pa
 
     stats = stats if stats is not None else column_stats(train_path)
     if label not in stats:
         raise MissingColumnError(label, list(stats), where=f"the training data at '{train_path}' (labelCol)")
-    for col in [*(numeric or []), *(categorical or [])]:
+    for col in [*(numeric or []), *(categorical or []), *(vectors or {})]:
         if col not in stats:
             raise MissingColumnError(col, list(stats), where=f"the training data at '{train_path}'")
+    for col in vectors or {}:
+        if _arrow_kind(stats[col]["type"]) != "block":
+            raise SchemaError(f"featuresCol '{col}' in '{train_path}' has type {stats[col]['type']}; it must be a "
+                              f"Spark ML vector or a list of numbers of one length")
     ltype = stats[label]["type"]
     if not (pa.types.is_boolean(ltype) or pa.types.is_integer(ltype) or pa.types.is_floating(ltype)
             or pa.types.is_decimal(ltype)):
@@ -127,12 +195,27 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             f"(classes) or floating-point (regression) label. Fix: pass the data to fit() as a DataFrame, or "
             f"preprocess it (sparktrain preprocess with a features: spec): both index a string label; a nested "
             f"label cannot be learned")
-    skip = {label, *exclude}
+    skip = {label, *exclude, *(numeric or []), *(categorical or []), *(vectors or {})}
+    preprocessed = any(k in (meta or {}) for k in ("features", "float_columns", "columns"))
+    if preprocessed:  # the spec decided the columns: floats are numeric, integers indices (as before)
+        kinds = {c: ("numeric" if pa.types.is_floating(s["type"]) else
+                     "categorical" if pa.types.is_integer(s["type"]) else "other")
+                 for c, s in stats.items() if c not in skip}
+    else:
+        kinds = {c: _arrow_kind(s["type"]) or "other" for c, s in stats.items() if c not in skip}
+        named = numeric is not None and categorical is not None and vectors is not None
+        refused = [(c, str(stats[c]["type"])) for c, k in kinds.items() if k == "other"]
+        if refused and not named:
+            raise unusable_columns(refused, f"the training data at '{train_path}'")
     if numeric is None:
-        numeric = [c for c, s in stats.items() if c not in skip and pa.types.is_floating(s["type"])]
+        numeric = [c for c, k in kinds.items() if k == "numeric"]
     inferred_cat = categorical is None
     if categorical is None:
-        categorical = [c for c, s in stats.items() if c not in skip and pa.types.is_integer(s["type"])]
+        categorical = [c for c, k in kinds.items() if k == "categorical"]
+    if vectors is None:
+        vectors = {c: None for c, k in kinds.items() if k == "block"}
+    blocks = tuple((c, int(w) if w is not None else block_width(train_path, c, stats[c]["type"]))
+                   for c, w in vectors.items())
     cards = _cardinalities_from_features(meta)
     cat: List[tuple] = []
     for c in categorical:
@@ -175,8 +258,9 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             raise SchemaError(f"label column '{label}' has no statistics to count its classes; write the data "
                               f"with Spark (which records min/max) or sparktrain preprocess")
         num_classes = int(known) if known else int(stats[label]["max"]) + 1
-    if not numeric and not cat:
+    if not numeric and not cat and not blocks:
         raise SchemaError(f"no input columns found in '{train_path}': need float (numeric) or integer "
-                          f"(categorical index) columns besides the label '{label}'")
+                          f"(categorical index) columns, Spark ML vectors or numeric lists besides the label "
+                          f"'{label}'")
     return InputSpec(numeric=tuple(numeric), categorical=tuple(cat), label=label, task=task,
-                     num_classes=num_classes, classes=classes)
+                     num_classes=num_classes, classes=classes, vectors=blocks)

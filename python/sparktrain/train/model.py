@@ -4,7 +4,12 @@
 (cached by a digest of its bytes) and scores whole Arrow batches.  It adds
 ``predictionCol`` and, for classification, ``probabilityCol`` (probability of
 class index 1 for binary, the class probabilities in class-index order as
-``array<double>`` for multiclass; Arrow-native rather than an ML Vector).
+``array<double>`` for multiclass; Arrow-native rather than an ML Vector) and
+``rawPredictionCol`` (the logit of class 1 as a double for binary, one logit
+per class for multiclass), so Spark's ``BinaryClassificationEvaluator`` and
+``MulticlassClassificationEvaluator`` work with their default column names.
+A float-block input (``featuresCol``: a Spark ML vector or a numeric array) is
+converted in Spark (``vector_to_array``) before the batches reach Python.
 ``prediction`` is in the label's original values: the class string for a
 string label (the model's :attr:`labels` lists them in index order), the
 class value as a double for a numeric one, the value for regression.
@@ -13,13 +18,13 @@ class value as a double for a numeric one, the value for regression.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pyspark.ml import Model
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import MissingColumnError, NotFittedError
+from sparktrain.errors import ConfigError, MissingColumnError, NotFittedError, SchemaError
 from sparktrain.train._executor.spec import InputSpec
 from sparktrain.train.params import _ModelParams
 
@@ -60,16 +65,22 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         """Spark ML spelling of :attr:`labels` (as ``StringIndexerModel.labels``)."""
         return self.labels
 
-    def _output_schema(self, df):
-        from pyspark.sql.types import ArrayType, DoubleType, StringType, StructField, StructType
+    def _output_columns(self) -> List[Any]:
+        """``[(column, Spark type)]`` that ``transform`` adds (``rawPredictionCol`` "" adds no raw column)."""
+        from pyspark.sql.types import ArrayType, DoubleType, StringType
 
+        assert self.inputs is not None  # for mypy; callers check
         pred_type = StringType() if self.inputs.prediction_type == "string" else DoubleType()
-        fields = list(df.schema.fields) + [StructField(self.getPredictionCol(), pred_type)]
-        if self.inputs.task == "binary":
-            fields.append(StructField(self.getProbabilityCol(), DoubleType()))
-        elif self.inputs.task == "multiclass":
-            fields.append(StructField(self.getProbabilityCol(), ArrayType(DoubleType())))
-        return StructType(fields)
+        out: List[Any] = [(self.getPredictionCol(), pred_type)]
+        per_class = DoubleType() if self.inputs.task == "binary" else ArrayType(DoubleType())
+        if self.inputs.task != "regression":  # an empty column name adds no column (Spark ML's convention)
+            out += [(c, per_class) for c in (self.getProbabilityCol(), self.getRawPredictionCol()) if c]
+        return out
+
+    def _output_schema(self, df):
+        from pyspark.sql.types import StructField, StructType
+
+        return StructType(list(df.schema.fields) + [StructField(n, t) for n, t in self._output_columns()])
 
     def _transform(self, dataset):
         return self._score(dataset, decode=True)
@@ -81,12 +92,19 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         for col in self.inputs.columns:
             if col not in dataset.columns:
                 raise MissingColumnError(col, dataset.columns, where="the DataFrame to score")
+        clash = [n for n, _ in self._output_columns() if n in dataset.columns]
+        if clash:
+            raise ConfigError("predictionCol/probabilityCol/rawPredictionCol", clash,
+                              f"the DataFrame to score already has column(s) {', '.join(clash)}; drop or rename "
+                              f"them, or set the output column Params to other names ('' adds no column)")
         inputs = self.inputs if decode else replace(self.inputs, classes=())
-        fn = make_scoring_function(self.framework, self.model_bytes, inputs,
-                                   self.getPredictionCol(), self.getProbabilityCol())
+        prepared, sources = scoring_frame(dataset, inputs)
+        fn = make_scoring_function(self.framework, self.model_bytes, inputs, self.getPredictionCol(),
+                                   self.getProbabilityCol(), raw_col=self.getRawPredictionCol(), sources=sources,
+                                   keep=len(dataset.columns))
         out = self.copy()
         out.inputs = inputs
-        return dataset.mapInArrow(fn, out._output_schema(dataset))
+        return prepared.mapInArrow(fn, out._output_schema(dataset))
 
     def predict_numpy(self, batch: Dict[str, Any]):
         """Score a dict of numpy arrays on the driver (small data, tests, notebooks)."""
@@ -105,35 +123,87 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         return _ModelReader(cls)
 
 
+def scoring_frame(df: Any, inputs: InputSpec) -> Tuple[Any, Dict[str, str]]:
+    """``df`` plus the inputs the network reads converted in Spark, and ``{input: column to read}``.
+
+    A float block (a Spark ML vector or a numeric array) becomes an
+    ``array<float>`` column (``vector_to_array``); a boolean, decimal or
+    integer numeric input becomes a double.  The added columns come after
+    ``df``'s and are dropped again by the scoring function.
+    """
+    from pyspark.sql import functions as F
+
+    from sparktrain.features._sql import quote
+    from sparktrain.train.frame import column_kind, is_vector
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    extra, sources = [], {}
+    for i, (col, width) in enumerate(inputs.vectors):
+        t = types[col]
+        if column_kind(t) != "block":
+            raise SchemaError(f"column '{col}' of the DataFrame to score has type {t.simpleString()}; the model "
+                              f"reads it as a float block of {width} values (a Spark ML vector or an array of "
+                              f"numbers)")
+        tmp = f"__sparktrain_in{i}"
+        if is_vector(t):
+            from pyspark.ml.functions import vector_to_array
+
+            extra.append(vector_to_array(F.col(quote(col)), "float32").alias(tmp))
+        else:
+            extra.append(F.col(quote(col)).cast("array<float>").alias(tmp))
+        sources[col] = tmp
+    for i, col in enumerate(inputs.numeric):
+        if types[col].typeName() not in ("float", "double"):
+            tmp = f"__sparktrain_num{i}"
+            extra.append(F.col(quote(col)).cast("double").alias(tmp))
+            sources[col] = tmp
+    return (df.select("*", *extra) if extra else df), sources
+
+
 def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec, prediction_col: str,
-                          probability_col: str):
-    """The ``mapInArrow`` function; it captures bytes and plain values only."""
+                          probability_col: str, raw_col: str = "", sources: Optional[Dict[str, str]] = None,
+                          keep: Optional[int] = None):
+    """The ``mapInArrow`` function; it captures bytes and plain values only.
+
+    ``sources`` maps an input to the column holding it (:func:`scoring_frame`);
+    only the first ``keep`` columns of each batch are passed through (the
+    converted ones are not).
+    """
     from sparktrain.train._executor.predict import digest
     key = digest(model_bytes)
+    sources = dict(sources or {})
+    blocks = {c for c, _ in inputs.vectors}
 
     def score(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
+        from sparktrain.data.arrays import column_to_numpy
         from sparktrain.train._executor.batches import scoring_arrays
+        from sparktrain.train._executor.keras_model import to_prediction_np
         from sparktrain.train._executor.predict import get_predictor, to_outputs
 
-        predict = get_predictor(framework, model_bytes, inputs, key)
+        logits_of = get_predictor(framework, model_bytes, inputs, key, raw=True)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            arrays = {c: batch.column(c).to_numpy(zero_copy_only=False) for c in inputs.columns}
-            out = to_outputs(predict(*scoring_arrays(arrays, inputs)), inputs)
-            cols = [batch.column(i) for i in range(batch.num_columns)]
-            names = list(batch.schema.names)
+            arrays = {}
+            for c in inputs.columns:
+                col = batch.column(sources.get(c, c))
+                arrays[c] = column_to_numpy(c, col) if c in blocks else col.to_numpy(zero_copy_only=False)
+            logits = logits_of(*scoring_arrays(arrays, inputs))
+            out = to_outputs(to_prediction_np(logits, inputs.task), inputs, raw=logits)
+            n = batch.num_columns if keep is None else keep
+            cols = [batch.column(i) for i in range(n)]
+            names = list(batch.schema.names)[:n]
             cols.append(pa.array(out["prediction"], type=pa.string() if inputs.prediction_type == "string"
                                  else pa.float64()))
             names.append(prediction_col)
-            if inputs.task == "binary":
-                cols.append(pa.array(out["probability"]))
-                names.append(probability_col)
-            elif inputs.task == "multiclass":
-                cols.append(pa.array(list(out["probability"])))  # type: ignore[call-overload]
-                names.append(probability_col)
+            if inputs.task != "regression":
+                for name, col_name in (("probability", probability_col), ("rawPrediction", raw_col)):
+                    if col_name:
+                        values = out[name]
+                        cols.append(pa.array(values if inputs.task == "binary" else list(values)))  # type: ignore
+                        names.append(col_name)
             yield pa.RecordBatch.from_arrays(cols, names=names)
 
     return score

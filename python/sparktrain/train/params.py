@@ -8,10 +8,10 @@ setter, as xgboost.spark attaches its Params from one defaults table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from pyspark.ml.param import Param, Params, TypeConverters
-from pyspark.ml.param.shared import HasLabelCol, HasPredictionCol, HasProbabilityCol
+from pyspark.ml.param.shared import HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol
 
 from sparktrain.config import TrainConfig
 from sparktrain.errors import ConfigError
@@ -61,9 +61,27 @@ def setter_name(param: str) -> str:
     return "set" + param[0].upper() + param[1:]
 
 
-class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol):
-    """Params a fitted model needs to score."""
+def _features_col(value: Any) -> str:
+    v = TypeConverters.toString(value)
+    if not v.strip():
+        raise ConfigError("featuresCol", value, "name a vector or array column, e.g. 'features' (a VectorAssembler's "
+                                                "outputCol), or leave featuresCol unset to infer the inputs")
+    return v
 
+
+class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol):
+    """Params a fitted model needs to score.
+
+    The column Params (``labelCol``, ``featuresCol``, ``numericCols``...) are
+    Spark ML's shared column Params, not training settings, so they are not in
+    :mod:`sparktrain.settings` (whose table is the ``train:`` section).
+    """
+
+    featuresCol: "Param[str]" = Param(
+        Params._dummy(), "featuresCol",
+        "a Spark ML vector (VectorUDT, dense or sparse) or fixed-length numeric array column, the network's float "
+        "block (Spark ML's name). Set, the inputs are this column plus numericCols/categoricalCols when given; "
+        "unset, every usable column is an input", _features_col)
     numericCols: "Param[List[str]]" = Param(
         Params._dummy(), "numericCols", "float32 input columns (default: inferred)", TypeConverters.toListString)
     categoricalCols: "Param[List[str]]" = Param(
@@ -76,7 +94,12 @@ class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol):
 
     def __init__(self) -> None:
         super().__init__()
-        self._setDefault(labelCol="label", predictionCol="prediction", probabilityCol="probability")
+        self._setDefault(labelCol="label", predictionCol="prediction", probabilityCol="probability",
+                         rawPredictionCol="rawPrediction")
+
+    def getFeaturesCol(self) -> Optional[str]:
+        """The vector or array input column; None when unset (inputs are inferred)."""
+        return self.getOrDefault(self.featuresCol) if self.isDefined(self.featuresCol) else None
 
     def getNumericCols(self) -> List[str]:
         """The float32 input columns."""

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sparktrain._internal.secrets import mask_strings
 from sparktrain.data.run_store import RUN_FILE, RunStore
@@ -60,6 +60,9 @@ class TrainingPlan:
         What defines the run (see the module docstring).
     features : dict or None
         The dataset's ``features.json``, when it has one.
+    unused : tuple of str
+        Columns of a DataFrame input that are not inputs because the inputs were named
+        (:class:`sparktrain.train.frame.FrameInputs`), for the log.
     """
 
     run_id: str
@@ -71,6 +74,7 @@ class TrainingPlan:
     spec: WorkerSpec = field(repr=False)
     fingerprint: Dict[str, Any] = field(repr=False)
     features: Optional[Dict[str, Any]] = field(default=None, repr=False)
+    unused: Tuple[str, ...] = ()
 
 
 def new_run_id() -> str:
@@ -163,8 +167,14 @@ def fingerprint(data: Dict[str, Any], inputs: InputSpec, spec: WorkerSpec,
     params.update(spec.model.to_dict())
     params.update({f"{k}_factory": v for k, v in factories.items()})
     return {"version": FINGERPRINT_VERSION, "data": data, "label": inputs.label, "task": inputs.task,
-            "inputs": {"numeric": list(inputs.numeric), "categorical": {c: n for c, n in inputs.categorical}},
-            "params": params}
+            "inputs": _inputs_fingerprint(inputs), "params": params}
+
+
+def _inputs_fingerprint(inputs: InputSpec) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"numeric": list(inputs.numeric), "categorical": {c: n for c, n in inputs.categorical}}
+    if inputs.vectors:  # absent without float blocks, so older runs' fingerprints still match
+        out["vectors"] = {c: w for c, w in inputs.vectors}
+    return out
 
 
 def path_fingerprint(train_path: str, val_path: Optional[str]) -> Dict[str, Any]:
@@ -228,14 +238,18 @@ def label_meta(decision: LabelDecision) -> Dict[str, Any]:
     return entry
 
 
-def dataframe_fingerprint(df: Any, label: str) -> Dict[str, Any]:
+def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = ()) -> Dict[str, Any]:
     """Content hash of a DataFrame (order-independent), in one aggregation job.
 
     Also counts null labels, and whether a float label holds only 0.0 and 1.0
     (``label_is_01``).  Call it after :func:`dataframe_label`, which refuses a
-    label that cannot be trained on.
+    label that cannot be trained on.  The same job checks the float blocks
+    ``blocks`` (:func:`sparktrain.train.frame.check_blocks`, which raises
+    before anything is written); their widths come back under ``widths``.
     """
     from pyspark.sql import functions as F
+
+    from sparktrain.train.frame import block_aggregates, check_blocks
 
     y = F.col(quote(label))
     is_float = df.schema[label].dataType.simpleString() in ("float", "double")
@@ -244,12 +258,36 @@ def dataframe_fingerprint(df: Any, label: str) -> Dict[str, Any]:
             F.sum(y.isNull().cast("long")).alias("null_labels")]
     if is_float:
         aggs.append(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("not_01"))
-    row = df.agg(*aggs).first().asDict()
-    out = {"rows": int(row["rows"]), "null_labels": int(row["null_labels"] or 0), "hash": str(row["hash"]),
-           "schema": df.schema.simpleString()}
+    row = df.agg(*aggs, *block_aggregates(blocks)).first().asDict()
+    out: Dict[str, Any] = {"rows": int(row["rows"]), "null_labels": int(row["null_labels"] or 0),
+                           "hash": str(row["hash"]), "schema": df.schema.simpleString()}
     if is_float:
         out["label_is_01"] = not int(row["not_01"] or 0)
+    if blocks:
+        out["widths"] = check_blocks(row, blocks, out["rows"])
     return out
+
+
+def split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
+    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split."""
+    from sparktrain.train.inputs import exists, read_features_json
+
+    train = f"{root}/train"
+    if not exists(train):
+        train = root  # a single split given directly
+    val = f"{root}/validation"
+    meta = read_features_json(root)
+    if meta is not None:
+        meta.setdefault("exclude", [k for k in (meta.get("key"),) if k])
+    return train, (val if exists(val) and train != root else None), meta
+
+
+def float_01_range(stats: Dict[str, Dict[str, Any]], label: str) -> bool:
+    """A floating-point label whose footer statistics say min 0 and max 1 (maybe binary, maybe not)."""
+    import pyarrow as pa
+
+    st = stats.get(label)
+    return st is not None and pa.types.is_floating(st["type"]) and st["min"] == 0 and st["max"] == 1
 
 
 def float_label_is_01(spark: Any, train_path: str, label: str) -> bool:

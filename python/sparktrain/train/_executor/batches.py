@@ -10,20 +10,30 @@ from typing import Dict, Iterator, Tuple
 
 import numpy as np
 
+from sparktrain.errors import DataError
 from sparktrain.train._executor.spec import InputSpec
 
 Arrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def to_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Arrays:
-    """``(numeric [B, n_num] float32, categorical [B, n_cat] int64, label [B])``."""
+    """``(numeric [B, numeric_width] float32, categorical [B, n_cat] int64, label [B])``.
+
+    The float input holds the numeric columns, then each float block (``inputs.vectors``) in order.
+    """
     n = len(batch[inputs.label])
-    if inputs.numeric:
-        x_num = np.empty((n, len(inputs.numeric)), dtype=np.float32)
-        for j, col in enumerate(inputs.numeric):
-            x_num[:, j] = batch[col]
-    else:
-        x_num = np.zeros((n, 0), dtype=np.float32)
+    x_num = np.empty((n, inputs.numeric_width), dtype=np.float32)
+    for j, col in enumerate(inputs.numeric):
+        x_num[:, j] = batch[col]
+    j = len(inputs.numeric)
+    for col, width in inputs.vectors:
+        block = batch[col]
+        if block.ndim != 2 or block.shape[1] != width:
+            seen = block.shape[1] if block.ndim == 2 else "no fixed length"
+            raise DataError(f"column '{col}' is a float block of {width} values per row for this model, but a "
+                            f"batch has {seen}. Give it rows of {width} values (the length it was trained on)")
+        x_num[:, j:j + width] = block
+        j += width
     if inputs.categorical:
         x_cat = np.empty((n, len(inputs.categorical)), dtype=np.int64)
         for j, (col, card) in enumerate(inputs.categorical):

@@ -235,7 +235,7 @@ def _emit(batch: Dict[str, np.ndarray], inputs: InputSpec, extra: Sequence[str]
 def empty_arrays(inputs: InputSpec) -> Arrays:
     """A batch of zero rows (a rank with nothing left still takes part in the step's collectives)."""
     y = np.zeros(0, dtype=np.int64 if inputs.task == "multiclass" else np.float32)
-    return (np.zeros((0, len(inputs.numeric)), dtype=np.float32),
+    return (np.zeros((0, inputs.numeric_width), dtype=np.float32),
             np.zeros((0, len(inputs.categorical)), dtype=np.int64), y)
 
 

@@ -25,10 +25,10 @@ def to_prediction_np(logits: np.ndarray, task: str) -> np.ndarray:
 
 
 def build_default_model(inputs: InputSpec, model: ModelSpec):
-    """Embeddings for categorical indices + numerics -> MLP -> logits (functional API)."""
+    """Embeddings for categorical indices + numerics (and float blocks) -> MLP -> logits (functional API)."""
     import keras
 
-    num_in = keras.Input(shape=(len(inputs.numeric),), dtype="float32", name="numeric")
+    num_in = keras.Input(shape=(inputs.numeric_width,), dtype="float32", name="numeric")
     parts = [num_in]
     cat_ins = []
     for col, card in inputs.categorical:

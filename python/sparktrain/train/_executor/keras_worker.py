@@ -107,7 +107,7 @@ class KerasAdapter(Adapter):
             self.loss_obj = cloudpickle.loads(spec.loss_factory)()
         self.n_cat = len(spec.inputs.categorical)
         y_dtype = tf.int64 if self.task == "multiclass" else tf.float32
-        self.sig = (tf.TensorSpec([None, len(spec.inputs.numeric)], tf.float32),
+        self.sig = (tf.TensorSpec([None, spec.inputs.numeric_width], tf.float32),
                     tf.TensorSpec([None, self.n_cat], tf.int64), tf.TensorSpec([None], y_dtype),
                     tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32))
         self._build_steps()

@@ -11,25 +11,30 @@ import io
 import os
 import tempfile
 import threading
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
 from sparktrain.train._executor.spec import InputSpec, ModelSpec
 
 Predictor = Callable[[np.ndarray, np.ndarray], np.ndarray]
-_CACHE: Dict[str, Predictor] = {}
+_CACHE: Dict[str, Predictor] = {}  # network digest -> its logits function
 _LOCK = threading.Lock()
 
 
-def to_outputs(out: np.ndarray, inputs: InputSpec, decode: bool = True) -> Dict[str, object]:
+def to_outputs(out: np.ndarray, inputs: InputSpec, decode: bool = True,
+               raw: Optional[np.ndarray] = None) -> Dict[str, object]:
     """Network output -> ``{"prediction": ..., "probability": ...}`` columns as numpy arrays.
 
     Binary: ``probability`` is the probability of class index 1; multiclass: one
     probability per class index (rows of a 2-D array).  With ``decode`` and a
     label vocabulary (``inputs.classes``), ``prediction`` holds the original
     label value of the predicted class (a string, or the number as a double);
-    otherwise the class index as a double.  Regression: the value.
+    otherwise the class index as a double.  Regression: the value.  With
+    ``raw`` (the network's logits, :func:`get_predictor` with ``raw=True``) a
+    classifier also gets ``rawPrediction``: the logit of class 1 (binary, a
+    margin as Spark's ``BinaryClassificationEvaluator`` reads it) or one logit
+    per class (multiclass).
     """
     if inputs.task == "regression":
         return {"prediction": np.asarray(out, dtype=np.float64).reshape(-1)}
@@ -44,22 +49,38 @@ def to_outputs(out: np.ndarray, inputs: InputSpec, decode: bool = True) -> Dict[
         pred = values.astype(str) if inputs.prediction_type == "string" else values.astype(np.float64)
     else:
         pred = idx.astype(np.float64)
-    return {"prediction": pred, "probability": prob}
+    result: Dict[str, object] = {"prediction": pred, "probability": prob}
+    if raw is not None:
+        margins = np.asarray(raw, dtype=np.float64)
+        result["rawPrediction"] = margins.reshape(-1) if inputs.task == "binary" else margins
+    return result
 
 
 def digest(model_bytes: bytes) -> str:
     return hashlib.sha256(model_bytes).hexdigest()
 
 
-def get_predictor(framework: str, model_bytes: bytes, inputs: InputSpec, key: str = "") -> Predictor:
-    """A cached predictor: loaded at most once per process for the same model bytes."""
+def get_predictor(framework: str, model_bytes: bytes, inputs: InputSpec, key: str = "",
+                  raw: bool = False) -> Predictor:
+    """A cached predictor: the network is loaded at most once per process for the same model bytes.
+
+    It returns probabilities (binary: of class 1; multiclass: per class) or
+    values; with ``raw``, the network's logits (``[B, 1]`` or ``[B, K]``, float64).
+    """
     key = key or digest(model_bytes)
     with _LOCK:
-        pred = _CACHE.get(key)
-        if pred is None:
-            pred = _load(framework, model_bytes, inputs)
-            _CACHE[key] = pred
-    return pred
+        logits = _CACHE.get(key)
+        if logits is None:
+            logits = _load(framework, model_bytes, inputs)
+            _CACHE[key] = logits
+    if raw:
+        return logits
+    from sparktrain.train._executor.keras_model import to_prediction_np
+
+    def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
+        return to_prediction_np(logits(x_num, x_cat), inputs.task)
+
+    return predict
 
 
 def _load(framework: str, model_bytes: bytes, inputs: InputSpec) -> Predictor:
@@ -71,7 +92,7 @@ def _load(framework: str, model_bytes: bytes, inputs: InputSpec) -> Predictor:
 def _load_torch(model_bytes: bytes, inputs: InputSpec) -> Predictor:
     import torch
 
-    from sparktrain.train._executor.torch_worker import make_model, to_prediction
+    from sparktrain.train._executor.torch_worker import make_model
 
     blob = torch.load(io.BytesIO(model_bytes), map_location="cpu", weights_only=False)
     model = make_model(InputSpec.from_dict(blob["inputs"]), ModelSpec.from_dict(blob["model"]), blob["factory"])
@@ -81,7 +102,7 @@ def _load_torch(model_bytes: bytes, inputs: InputSpec) -> Predictor:
     def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             logits = model(torch.from_numpy(x_num), torch.from_numpy(x_cat))
-            return to_prediction(logits, inputs.task).numpy().astype(np.float64)
+            return logits.float().numpy().astype(np.float64)
 
     return predict
 
@@ -90,7 +111,7 @@ def _load_keras(model_bytes: bytes, inputs: InputSpec) -> Predictor:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
-    from sparktrain.train._executor.keras_model import split_inputs, to_prediction_np
+    from sparktrain.train._executor.keras_model import split_inputs
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.keras")
@@ -100,6 +121,6 @@ def _load_keras(model_bytes: bytes, inputs: InputSpec) -> Predictor:
 
     def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
         out = model(split_inputs(x_num, x_cat), training=False)
-        return to_prediction_np(np.asarray(out), inputs.task)
+        return np.asarray(out, dtype=np.float64)
 
     return predict

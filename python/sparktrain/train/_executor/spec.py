@@ -12,7 +12,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 @dataclass(frozen=True)
 class InputSpec:
-    """The model's inputs: float32 numeric columns and int32 categorical indices."""
+    """The model's inputs: float32 numeric columns, fixed-length float blocks and int32 categorical indices.
+
+    A *float block* (``vectors``) is one column holding ``width`` floats per
+    row: in Parquet a ``list<float>`` whose every row has ``width`` elements
+    (``fit(df)`` writes a Spark ML vector or a numeric array that way, through
+    ``vector_to_array``); the reader hands it over as a ``[rows, width]``
+    array.  The network sees the numeric columns and then each block,
+    concatenated into one ``[B, numeric_width]`` float32 input.
+    """
 
     numeric: Tuple[str, ...]
     categorical: Tuple[Tuple[str, int], ...]  # (column, cardinality = max index + 1)
@@ -20,10 +28,16 @@ class InputSpec:
     task: str  # binary | multiclass | regression
     num_classes: int = 1
     classes: Tuple[Any, ...] = ()  # the original label value of each class index (empty: the index itself)
+    vectors: Tuple[Tuple[str, int], ...] = ()  # (column, width): fixed-length float blocks
 
     @property
     def columns(self) -> List[str]:
-        return [*self.numeric, *(c for c, _ in self.categorical)]
+        return [*self.numeric, *(c for c, _ in self.vectors), *(c for c, _ in self.categorical)]
+
+    @property
+    def numeric_width(self) -> int:
+        """Width of the network's float input: one per numeric column plus each block's width."""
+        return len(self.numeric) + sum(w for _, w in self.vectors)
 
     @property
     def prediction_type(self) -> str:
@@ -36,13 +50,15 @@ class InputSpec:
         d = asdict(self)
         d["categorical"] = [list(x) for x in self.categorical]
         d["classes"] = list(self.classes)
+        d["vectors"] = [list(x) for x in self.vectors]
         return d
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "InputSpec":
         return cls(numeric=tuple(d["numeric"]), categorical=tuple((c, int(n)) for c, n in d["categorical"]),
                    label=d["label"], task=d["task"], num_classes=int(d.get("num_classes", 1)),
-                   classes=tuple(d.get("classes") or ()))
+                   classes=tuple(d.get("classes") or ()),
+                   vectors=tuple((c, int(w)) for c, w in d.get("vectors") or ()))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ def build_default_model(inputs: InputSpec, model: ModelSpec):
             super().__init__()
             self.embeddings = nn.ModuleList(
                 [nn.Embedding(card, min(model.embedding_dim, card)) for _, card in inputs.categorical])
-            width = len(inputs.numeric) + sum(min(model.embedding_dim, c) for _, c in inputs.categorical)
+            width = inputs.numeric_width + sum(min(model.embedding_dim, c) for _, c in inputs.categorical)
             layers: List[nn.Module] = []
             for units in model.hidden_units:
                 layers += [nn.Linear(width, units), nn.ReLU()]

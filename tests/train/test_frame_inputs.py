@@ -1,0 +1,227 @@
+"""What ``fit(df)`` does with each column: used (a vector or array ``featuresCol`` too) or refused by name.
+
+Real Spark, real torch and Keras.  The refusals come before any Spark job and
+write nothing; the float blocks' lengths and values are checked in the one
+aggregation job a DataFrame fit runs anyway, also before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from sparktrain.errors import DataError, MissingColumnError, SchemaError
+
+ROWS = 1600
+
+
+def _est(tmp_path, cls=None, **kw):
+    from sparktrain.train.estimator import TorchEstimator
+
+    params = dict(numWorkers=1, epochs=4, batchSize=64, learningRate=0.02, hiddenUnits=[32],
+                  store=str(tmp_path / "store"))
+    params.update(kw)
+    est = (cls or TorchEstimator)(**params)
+    est.show_progress = False
+    return est
+
+
+@pytest.fixture(scope="module")
+def mixed(spark):
+    """``features`` (a Spark ML vector, dense and sparse rows), a boolean ``flag``, a decimal ``amount``.
+
+    ``label`` = (a + b > 0) XOR flag: no column alone predicts it; ``amount`` is noise.
+    """
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import functions as F
+
+    df = spark.range(ROWS).select(
+        F.col("id"), (F.rand(1) * 2 - 1).alias("a"), (F.rand(2) * 2 - 1).alias("b"),
+        (F.rand(3) > 0.5).alias("flag"), (F.rand(4) * 10).cast("decimal(10,4)").alias("amount"))
+    df = df.withColumn("label", ((F.col("a") + F.col("b") > 0) != F.col("flag")).cast("double"))
+    df = df.withColumn("b", F.when(F.col("id") % 5 == 0, F.lit(0.0)).otherwise(F.col("b")))  # sparse rows
+    return VectorAssembler(inputCols=["a", "b"], outputCol="features").transform(df).drop("a", "b").cache()
+
+
+def _jobs_during(spark, fn):
+    """Run ``fn``; the ids of the Spark jobs it started."""
+    sc = spark.sparkContext
+    sc.setJobGroup("sparktrain-test-refusal", "refusal")
+    try:
+        fn()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return list(sc.statusTracker().getJobIdsForGroup("sparktrain-test-refusal"))
+
+
+def test_unusable_columns_are_refused_in_one_error_before_any_job(spark, mixed, tmp_path):
+    from pyspark.sql import functions as F
+
+    df = mixed.select("*", F.lit("x").alias("name"), F.current_timestamp().alias("seen_at"),
+                      F.create_map(F.lit("k"), F.col("id")).alias("attrs"),
+                      F.struct(F.col("id").alias("n")).alias("nested"),
+                      F.array(F.lit("a"), F.lit("b")).alias("tags"))
+    errors = []
+
+    def fit():
+        with pytest.raises(SchemaError) as info:
+            _est(tmp_path, excludeCols=["id"]).fit(df)
+        errors.append(str(info.value))
+
+    assert _jobs_during(spark, fit) == []
+    text = errors[0]
+    assert text.startswith("fit() cannot use 5 column(s) of the DataFrame, and drops none silently")
+    for part in ("'name' (string: text", "'seen_at' (timestamp: a point in time", "'attrs' (map<string,bigint>",
+                 "'nested' (struct<n:bigint>", "'tags' (array<string>: only arrays of numbers"):
+        assert part in text, text
+    assert "excludeCols=['name', 'seen_at', 'attrs', 'nested', 'tags']" in text and "featuresCol" in text
+    assert not (tmp_path / "store").exists()
+
+    # the same columns excluded: every other column is an input, converted in Spark
+    plan = _est(tmp_path, excludeCols=["id", "name", "seen_at", "attrs", "nested", "tags"]).plan(df)
+    assert plan.inputs.numeric == ("flag", "amount") and plan.inputs.vectors == (("features", 2),)
+    assert plan.inputs.categorical == () and plan.inputs.numeric_width == 4
+    written = dict(spark.read.parquet(plan.train_path).dtypes)
+    assert (written["features"], written["flag"], written["amount"]) == ("array<float>", "float", "double")
+    assert "attrs" not in written and written["id"] == "bigint"  # excluded columns kept as they are (no map)
+
+
+def test_named_inputs_leave_the_rest_out_and_the_log_says_so(spark, mixed, tmp_path, caplog):
+    from pyspark.sql import functions as F
+
+    df = mixed.withColumn("name", F.lit("x"))  # not refused: the inputs are named
+    with caplog.at_level(logging.INFO, logger="sparktrain.train.estimator"):
+        plan = _est(tmp_path, featuresCol="features", numericCols=["flag"]).plan(df)
+    assert plan.inputs.columns == ["flag", "features"] and plan.inputs.vectors == (("features", 2),)
+    assert set(plan.unused) == {"id", "amount", "name"}
+    from sparktrain.train.frame import describe
+
+    assert describe(plan.inputs, plan.unused) == \
+        "numeric [flag]; float blocks [features (2)]; not used: [id, amount, name]"
+
+
+def test_bad_float_blocks_are_refused_naming_the_column(spark, mixed, tmp_path):
+    from pyspark.sql import functions as F
+
+    est = _est(tmp_path, excludeCols=["id"])
+    with pytest.raises(MissingColumnError, match=r"'vec'.*featuresCol"):
+        est.copy({est.featuresCol: "vec"}).fit(mixed)
+    tagged = mixed.withColumn("tags", F.array(F.lit("a")))
+    with pytest.raises(SchemaError, match=r"featuresCol 'tags' has type array<string>; it must be a Spark ML vector"):
+        est.copy({est.featuresCol: "tags"}).fit(tagged)
+    ragged = mixed.withColumn("arr", F.expr("IF(id % 3 = 0, array(1.0, 2.0, 3.0), array(1.0, 2.0))"))
+    with pytest.raises(DataError, match=r"column 'arr' holds rows of different lengths \(2, 3\)"):
+        est.fit(ragged)
+    with_nan = mixed.withColumn("arr", F.expr("IF(id = 7, array(CAST('NaN' AS DOUBLE), 1.0), array(0.5, 1.0))"))
+    with pytest.raises(DataError, match=r"column 'arr' has NaN or infinite values in 1 of 1,600 row\(s\)"):
+        est.fit(with_nan)
+    with_null = mixed.withColumn("arr", F.expr("IF(id = 7, NULL, array(0.5, 1.0))"))
+    with pytest.raises(DataError, match=r"column 'arr' is null in 1 of 1,600 row\(s\)"):
+        est.fit(with_null)
+    store = tmp_path / "store"
+    assert not store.exists() or not any(store.iterdir())  # nothing written for any of them
+
+
+def test_a_parquet_dataset_follows_the_same_rules(spark, mixed, tmp_path):
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    root = tmp_path / "ds"
+    write_parquet(mixed.select(vector_to_array("features", "float32").alias("features"), "flag", "label",
+                               F.lit("x").alias("name")), str(root / "train"))
+    with pytest.raises(SchemaError, match=r"cannot use 1 column\(s\) of the training data at .*'name' \(string\)"):
+        _est(tmp_path).plan(str(root))
+    plan = _est(tmp_path, excludeCols=["name"]).plan(str(root))
+    assert plan.inputs.vectors == (("features", 2),) and plan.inputs.numeric == ("flag",)
+    # a Spark ML vector as Spark writes it (a struct of type, size, indices, values), sparse rows too
+    write_parquet(mixed.select("features", "label"), str(tmp_path / "vec" / "train"))
+    plan = _est(tmp_path).plan(str(tmp_path / "vec"))
+    assert plan.inputs.vectors == (("features", 2),) and plan.inputs.columns == ["features"]
+
+
+@pytest.fixture(scope="module")
+def torch_model(spark, mixed, tmp_path_factory):
+    """Torch on the vector + boolean + decimal columns, inferred (``id`` excluded); the fit's log records."""
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler, logger = Keep(level=logging.INFO), logging.getLogger("sparktrain.train.estimator")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        model = _est(tmp_path_factory.mktemp("vec_torch"), numWorkers=2, excludeCols=["id"]).fit(mixed)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+    return model, records
+
+
+@pytest.mark.torch
+def test_a_vector_column_trains_and_scores_with_spark_evaluators(spark, mixed, torch_model):
+    from pyspark.ml.evaluation import BinaryClassificationEvaluator, MulticlassClassificationEvaluator
+    from pyspark.sql import functions as F
+
+    model, records = torch_model
+    assert model.inputs.vectors == (("features", 2),) and model.inputs.numeric == ("flag", "amount")
+    assert any("inputs: numeric [flag, amount]; float blocks [features (2)]" in r for r in records), records
+    scored = model.transform(mixed).cache()
+    assert dict(scored.dtypes)["rawPrediction"] == "double"
+    auc = BinaryClassificationEvaluator().evaluate(scored)  # default columns: label, rawPrediction
+    accuracy = MulticlassClassificationEvaluator(metricName="accuracy", probabilityCol="").evaluate(scored)
+    assert auc > 0.95 and accuracy > 0.85, (auc, accuracy)  # XOR of the vector's sign and the flag
+    no_probability = model.copy({model.probabilityCol: ""}).transform(mixed)  # Spark ML's "": no column
+    assert "probability" not in no_probability.columns
+    assert MulticlassClassificationEvaluator().evaluate(no_probability) > 0.85  # every default column
+    rows = scored.select("probability", "rawPrediction").toPandas()
+    np.testing.assert_allclose(rows["probability"], 1 / (1 + np.exp(-rows["rawPrediction"])), atol=1e-9)
+    # the same values as a numeric array column score the same
+    from pyspark.ml.functions import vector_to_array
+
+    as_array = mixed.withColumn("features", vector_to_array("features"))
+    again = model.transform(as_array).select("id", "probability").orderBy("id").toPandas()
+    first = scored.select("id", "probability").orderBy("id").toPandas()
+    np.testing.assert_allclose(again["probability"], first["probability"], atol=1e-6)
+    wide = mixed.withColumn("features", F.array(F.lit(1.0), F.lit(2.0), F.lit(3.0)))
+    with pytest.raises(Exception, match=r"column 'features' is a float block of 2 values per row for this model, "
+                                        r"but a batch has 3"):
+        model.transform(wide).collect()
+    with pytest.raises(Exception, match="already has column"):
+        model.transform(scored.select("id", "features", "flag", "amount", "label", "prediction"))
+
+
+@pytest.mark.slow  # TensorFlow's import and a Keras fit: ~30 s on a quiet machine
+@pytest.mark.tensorflow
+def test_keras_takes_an_array_features_col_beside_a_categorical(spark, tmp_path):
+    """Keras: featuresCol an ``array<double>`` of 3, plus an integer index named in categoricalCols."""
+    from pyspark.ml.evaluation import BinaryClassificationEvaluator
+    from pyspark.sql import functions as F
+
+    from sparktrain.train.estimator import KerasEstimator
+    from sparktrain.train.model import KerasModel
+
+    df = spark.range(ROWS).select(
+        F.array(*[(F.rand(i) * 2 - 1) for i in (5, 6, 7)]).alias("arr"), (F.col("id") % 4).cast("int").alias("k"),
+        F.lit("ignored").alias("note"))
+    df = df.withColumn("label", ((F.col("arr")[0] > 0) != (F.col("k") >= 2)).cast("int")).cache()
+    est = _est(tmp_path, cls=KerasEstimator, featuresCol="arr", categoricalCols=["k"], epochs=5,
+               learningRate=0.03)
+    model = est.fit(df)
+    assert model.inputs.vectors == (("arr", 3),) and model.inputs.categorical == (("k", 4),)
+    assert model.getFeaturesCol() == "arr"
+    scored = model.transform(df)
+    assert BinaryClassificationEvaluator().evaluate(scored) > 0.9
+    path = str(tmp_path / "keras_model")
+    model.write().overwrite().save(path)
+    loaded = KerasModel.load(path)
+    assert loaded.inputs == model.inputs
+    a = scored.select("probability").toPandas()["probability"]
+    b = loaded.transform(df).select("probability").toPandas()["probability"]
+    np.testing.assert_allclose(a, b, atol=1e-6)
