@@ -29,13 +29,19 @@ class _Clock:
         return self.t
 
 
-def _connect(server: ProgressServer) -> socket.socket:
+def _connect(server: ProgressServer, hello: bool = True, token: str | None = None) -> socket.socket:
+    """A plain client; with ``hello`` it sends the protocol's first line (the server's token unless ``token``)."""
     host, _, port = server.address.rpartition(":")
-    return socket.create_connection((host, int(port)), timeout=5)
+    conn = socket.create_connection((host, int(port)), timeout=5)
+    if hello:
+        line = {"hello": 2, "token": server.token if token is None else token, "client": f"c{id(conn)}",
+                "rank": 0, "host": "h"}
+        conn.sendall((json.dumps(line) + "\n").encode())
+    return conn
 
 
 def _send(conn: socket.socket, server: ProgressServer, **event) -> None:
-    conn.sendall((json.dumps({"token": server.token, "rank": 0, "host": "h", **event}) + "\n").encode())
+    conn.sendall((json.dumps({"rank": 0, "host": "h", **event}) + "\n").encode())
 
 
 def _wait(cond, timeout: float = 5.0) -> None:
@@ -128,7 +134,7 @@ def test_over_long_line_drops_the_connection(caplog):
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), max_line_bytes=1024) as server:
         with _connect(server) as bad:
-            bad.sendall(b'{"token": "' + b"x" * 4096)
+            bad.sendall(b'{"type": "' + b"x" * 4096)
             assert _closed_by_peer(bad)
         with _connect(server) as good:  # the server still serves others
             _send(good, server, **_step(5))
@@ -139,8 +145,8 @@ def test_over_long_line_drops_the_connection(caplog):
 def test_line_at_the_cap_is_accepted():
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), max_line_bytes=512) as server:
-        event = json.dumps({"token": server.token, **_step(7), "pad": ""})
-        line = json.dumps({"token": server.token, **_step(7), "pad": "p" * (511 - len(event))}) + "\n"
+        event = json.dumps({**_step(7), "pad": ""})
+        line = json.dumps({**_step(7), "pad": "p" * (511 - len(event))}) + "\n"
         assert len(line) == 512
         with _connect(server) as conn:
             conn.sendall(line.encode())
@@ -167,12 +173,11 @@ def test_too_many_connections_are_dropped(caplog):
     assert any("already 2 open" in r.getMessage() for r in caplog.records)
 
 
-def test_wrong_token_and_garbage_are_ignored():
+def test_garbage_after_the_hello_is_ignored():
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
         with _connect(server) as conn:
             conn.sendall(b"not json\n[1, 2]\n")
-            conn.sendall((json.dumps({"token": "nope", **_step(1)}) + "\n").encode())
             _send(conn, server, **_step(2))
             _wait(lambda: seen.steps == [2])
 

@@ -30,6 +30,7 @@ class WorkerContext:
     local_size: int = 1
     listen_sock: Optional[socket.socket] = None
     gpu_addresses: List[str] = field(default_factory=list)
+    keep_group: bool = False  # a reused gang: the process group outlives the run (see collectives)
 
     def make_store(self):
         """The rendezvous TCPStore; rank 0's server listens on its own address only."""
