@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 IDLE_S = 900.0
 #: seconds close() waits for a gang's stage to end after "stop"
 CLOSE_S = 30.0
+#: seconds the other ranks get to report after one reported its trial failed (else the gang is cancelled)
+FAIL_GRACE_S = 3.0
 
 
 def can_reuse(spec: WorkerSpec) -> Tuple[bool, str]:
@@ -126,7 +128,7 @@ class Gang:
         with self._cond:
             trial = self._trial
             if isinstance(result, dict) and trial is not None and result.get("seq") == trial.seq:
-                trial.results[int(result.get("rank", -1))] = result
+                trial.results[int(result.get("rank", -1))] = dict(result, time=time.monotonic())
                 self._cond.notify_all()
             if self._closing:
                 answers = [(reply, {"stop": True})]
@@ -185,11 +187,23 @@ class Gang:
         try:
             with self._cond:
                 while len(trial.results) < self.n and not self.ended:
-                    self._cond.wait(0.5)
+                    self._cond.wait(0.2)
+                    failed_at = min((r["time"] for r in trial.results.values() if not r.get("ok")), default=None)
+                    if failed_at is not None and time.monotonic() - failed_at > FAIL_GRACE_S and self.killed is None:
+                        self._cond.release()  # cancelling waits on Spark: not under the lock
+                        try:
+                            self.kill(f"run {spec.run_id} failed on a rank while its peers wait in a collective")
+                        finally:
+                            self._cond.acquire()
         finally:
             self.server.listeners.remove(watchdog)
             watchdog.close()
         self.trials += 1
+        failed = [r["error"] for r in trial.results.values() if not r.get("ok")]
+        if len(trial.results) < self.n and failed:  # the gang was stopped for it: its own error, not the cancel
+            first = _root_cause(spec) or min(failed, key=lambda e: e.get("rank", 0))
+            raise TrainingError(first.get("message", "worker failed"), rank=first.get("rank"),
+                                host=first.get("host"), remote_traceback=first.get("traceback", ""))
         if len(trial.results) < self.n:  # the stage ended under the trial
             if watchdog.stalled is not None:
                 raise TrainingStalledError(watchdog.stalled, spec.failure.stall_timeout_s) from self.error

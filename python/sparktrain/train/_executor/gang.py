@@ -18,9 +18,14 @@ re-created from rank 0's fresh port after a trial that failed or a retried
 stage.  No ``BarrierTaskContext.allGather`` per trial: it costs about 1 s.
 
 A trial's failure is caught here and reported as its result: it ends that
-trial, not the gang.  A dead rank fails the barrier stage; Spark retries the
-stage and the new tasks ask again with no result, so the driver hands them
-the trial in flight, which resumes from its last checkpoint.
+trial.  When every rank fails alike (a trial whose model or optimizer cannot be
+built), the gang goes on; when some ranks fail while their peers wait inside
+a collective, those peers cannot be freed (gloo gives up a dead peer only at
+its collective timeout, and keeps its sockets until the process exits), so the
+driver cancels the gang after a short grace and the next trial gets a new one.
+A dead rank fails the barrier stage; Spark retries the stage and the new
+tasks ask again with no result, so the driver hands them the trial in
+flight, which resumes from its last checkpoint.
 
 Executor side: it imports nothing of the driver.
 """
@@ -194,5 +199,8 @@ def run_trial(spec: WorkerSpec, seq: int, group: Dict[str, Any], bctx: Any, rank
             checkpointer.record_failure(attempt, rank, info)
         except Exception:  # noqa: BLE001 - the store may be the problem; the result carries the error
             pass
-        drop_process_group()  # its peers' collectives fail at once instead of waiting for their timeout
-        return {**base, "ok": False, "error": info}
+    # Out of the except block (no traceback holds the loop's objects): the next trial rebuilds the group.
+    # Peers already inside a collective do not notice (gloo closes its sockets only at process exit):
+    # the driver stops the gang after a grace, and the next trial gets a new one.
+    drop_process_group()
+    return {**base, "ok": False, "error": info}
