@@ -39,7 +39,7 @@ import socket
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from sparktrain.train._executor.channel import HELLO_S, READ_TIMEOUT_S, token_ok
 
@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 1 << 20
 #: Spare connections over ``2 x ranks`` (a retried attempt's or a reconnect's overlap, the odd client).
 SPARE_CONNECTIONS = 16
+#: Seconds between two acknowledgements of step lines (other numbered lines are acknowledged at once; heartbeats
+#: and pings carry no number: a heartbeat only matters while it is the newest).
+ACK_EVERY_S = 0.2
 #: Default seconds between two step log lines when no bar is drawn.
 LOG_EVERY_S = 30.0
 
@@ -136,6 +139,8 @@ class ProgressServer:
         self.idle_closed = 0  # silent past read_timeout_s
         self.accepted_connections = 0  # said hello with the token
         self._handlers: Dict[str, RequestHandler] = {}
+        self._refuse_until = 0.0
+        self._last_n: Dict[str, int] = {}  # client -> the last line number processed (acknowledged)
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, 0))
@@ -143,7 +148,7 @@ class ProgressServer:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._conns: List[socket.socket] = []
-        self._clients: Dict[str, socket.socket] = {}  # client id -> its newest connection
+        self._clients: Dict[str, Tuple[Optional[socket.socket], int]] = {}  # client -> newest connection, attempt
         self._bar: Any = None
         self._epochs = epochs
         self._stream: IO[str] = stream if stream is not None else sys.stderr
@@ -206,23 +211,38 @@ class ProgressServer:
             hello = json.loads(line) if line else None
         except (OSError, ValueError, UnicodeDecodeError):
             hello = None
+        if time.monotonic() < self._refuse_until:  # a simulated network cut (drop_connections)
+            return None
         if not isinstance(hello, dict) or "hello" not in hello or not token_ok(hello.get("token"), self.token):
             with self._lock:
                 self.rejected_connections += 1
             log.warning("progress server: dropping a connection from %s: %s", _peer(peer),
-                        "no hello line within %.0f s" % self._hello_s if not isinstance(hello, dict)
+                        "no hello line within %g s" % self._hello_s if not isinstance(hello, dict)
                         else "its first line has no valid token")
             return None
         conn.settimeout(self._read_timeout)
+        client = str(hello.get("client", ""))
+        attempt = hello["attempt"] if isinstance(hello.get("attempt"), int) else 0
         with self._lock:
-            self.accepted_connections += 1
-            client = str(hello.get("client", ""))
             older = self._clients.get(client) if client else None
+            if older is not None and older[1] > attempt:  # a hello the worker gave up on, read late
+                return None
+            self.accepted_connections += 1
             if client:
-                self._clients[client] = conn
-        if older is not None and older is not conn:  # a reconnect: its old connection is dead or dying
-            _close(older)
+                self._clients[client] = (conn, attempt)
+        if older is not None and older[0] is not None and older[0] is not conn:  # a reconnect: the old one is dead
+            _close(older[0])
         return hello
+
+    def _seen(self, client: str, n: Any) -> bool:
+        """Whether line ``n`` of ``client`` was processed already (re-sent after a reconnect); records it."""
+        if not isinstance(n, int) or not client:
+            return False
+        with self._lock:
+            if n <= self._last_n.get(client, 0):
+                return True
+            self._last_n[client] = n
+            return False
 
     def _serve(self, conn: socket.socket, peer: Any) -> None:
         client = ""
@@ -233,6 +253,9 @@ class ProgressServer:
                     return
                 client = str(hello.get("client", ""))
                 reply = _Replier(conn)
+                with self._lock:
+                    reply.line({"hello": "ok", "ack": self._last_n.get(client, 0)})  # what it need not send again
+                acked_at = 0.0
                 while True:  # drained to EOF even after close(): the last epoch event may still be queued
                     try:
                         line = lines.readline(self._max_line + 1)
@@ -252,19 +275,27 @@ class ProgressServer:
                         event = json.loads(line)
                     except (ValueError, UnicodeDecodeError):
                         continue
-                    if not isinstance(event, dict):
+                    if not isinstance(event, dict) or self._seen(client, event.get("n")):
                         continue
-                    if event.get("type") == "request":
+                    kind = event.get("type")
+                    if kind == "request":
                         self._request(event, reply)
                     self._handle(event)
+                    now = time.monotonic()
+                    if kind == "ping" or ("n" in event and (kind != "step" or now - acked_at >= ACK_EVERY_S)):
+                        acked_at = now
+                        with self._lock:
+                            last = self._last_n.get(client, 0)
+                        reply.line({"ack": last})
         except OSError:
             return
         finally:
             with self._lock:
                 if conn in self._conns:
                     self._conns.remove(conn)
-                if client and self._clients.get(client) is conn:
-                    del self._clients[client]
+                newest = self._clients.get(client) if client else None
+                if newest is not None and newest[0] is conn:  # keep its attempt: a stale hello stays refused
+                    self._clients[client] = (None, newest[1])
             _close(conn)
 
     def _request(self, event: Dict[str, Any], reply: "_Replier") -> None:
@@ -354,6 +385,19 @@ class ProgressServer:
         self._bar.set_postfix(loss=round(float(metrics.get("loss", float("nan"))), 4),
                               sps=int(metrics.get("samples_per_s", 0)), refresh=True)
 
+    def drop_connections(self, refuse_s: float = 0.0) -> int:
+        """Close every open connection and refuse hellos for ``refuse_s`` seconds: a network cut of that length.
+
+        For fault tests (``tests/``, ``bench/faults.py``); the workers reconnect with backoff.  Returns how many
+        connections were closed.
+        """
+        with self._lock:
+            conns = list(self._conns)
+            self._refuse_until = time.monotonic() + refuse_s
+        for conn in conns:
+            _close(conn)
+        return len(conns)
+
     def first_error(self) -> Optional[Dict[str, Any]]:
         with self._lock:
             return self.errors[0] if self.errors else None
@@ -384,7 +428,10 @@ class _Replier:
         self.lock = threading.Lock()
 
     def send(self, rid: Any, value: Any) -> None:
-        line = (json.dumps({"reply": rid, "value": value}, default=float) + "\n").encode()
+        self.line({"reply": rid, "value": value})
+
+    def line(self, body: Dict[str, Any]) -> None:
+        line = (json.dumps(body, default=float) + "\n").encode()
         with self.lock:
             try:
                 self.conn.sendall(line)
