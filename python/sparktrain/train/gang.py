@@ -68,6 +68,8 @@ class _Trial:
     started: float
     results: Dict[int, Dict[str, Any]] = field(default_factory=dict)
     sent: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # client -> the job it was given (re-asks)
+    dispatches: int = 0  # hand-outs to a whole gang (a retried stage asks again)
+    gave_up: bool = False  # handed out max_attempts times already
 
 
 @dataclass
@@ -147,10 +149,14 @@ class Gang:
         trial, a failed one, a retried stage) it is rebuilt from rank 0's fresh port.  Called with the lock.
         """
         trial = self._trial
-        if trial is None or len(trial.results) >= self.n:
+        if trial is None or len(trial.results) >= self.n or trial.gave_up:
             return []
         ready = {r: a for r, a in self._waiting.items() if a.after < trial.seq}
         if sorted(ready) != list(range(self.n)):
+            return []
+        if trial.dispatches >= trial.spec.failure.max_attempts:  # Spark retried the stage under it that often
+            trial.gave_up = True
+            self._cond.notify_all()
             return []
         groups = {a.request.get("group") for a in ready.values()}
         reuse = len(groups) == 1 and None not in groups
@@ -158,7 +164,8 @@ class Gang:
         plan = {"id": groups.pop() if reuse else uuid.uuid4().hex[:12], "reuse": reuse,
                 "master": [master.get("master_host"), master.get("master_port")],
                 "hosts": [ready[r].request.get("host") for r in range(self.n)]}
-        job = {**trial.job, "group": plan}
+        job = {**trial.job, "group": plan, "attempt": trial.dispatches}
+        trial.dispatches += 1
         trial.sent = {a.client: job for a in ready.values()}
         for r in ready:
             del self._waiting[r]
@@ -186,7 +193,7 @@ class Gang:
             answer(value)
         try:
             with self._cond:
-                while len(trial.results) < self.n and not self.ended:
+                while len(trial.results) < self.n and not self.ended and not trial.gave_up:
                     self._cond.wait(0.2)
                     failed_at = min((r["time"] for r in trial.results.values() if not r.get("ok")), default=None)
                     if failed_at is not None and time.monotonic() - failed_at > FAIL_GRACE_S and self.killed is None:
@@ -199,6 +206,11 @@ class Gang:
             self.server.listeners.remove(watchdog)
             watchdog.close()
         self.trials += 1
+        if trial.gave_up:
+            root = _root_cause(spec) or {"message": "a rank was lost", "rank": None, "host": None}
+            raise TrainingError(f"{root.get('message')} (gave up after {trial.dispatches} attempt(s))",
+                                rank=root.get("rank"), host=root.get("host"),
+                                remote_traceback=root.get("traceback", ""))
         failed = [r["error"] for r in trial.results.values() if not r.get("ok")]
         if len(trial.results) < self.n and failed:  # the gang was stopped for it: its own error, not the cancel
             first = _root_cause(spec) or min(failed, key=lambda e: e.get("rank", 0))

@@ -77,7 +77,8 @@ def make_gang_task(gang_id: str, address: str, token: str, idle_s: float
                     if job is None:
                         break
                     spec: WorkerSpec = unsign(job["spec"], token)
-                    result = run_trial(spec, int(job["seq"]), job["group"], bctx, rank, host, reporter, listen)
+                    result = run_trial(spec, int(job["seq"]), int(job.get("attempt", 0)), job["group"], bctx, rank,
+                                       host, reporter, listen)
                 finally:
                     if listen is not None and listen.fileno() != -1:  # not handed over to a TCPStore
                         listen.close()
@@ -143,12 +144,14 @@ def _next(reporter: Reporter, gang_id: str, result: Optional[Dict[str, Any]], id
     return None
 
 
-def run_trial(spec: WorkerSpec, seq: int, group: Dict[str, Any], bctx: Any, rank: int, host: str,
+def run_trial(spec: WorkerSpec, seq: int, attempt: int, group: Dict[str, Any], bctx: Any, rank: int, host: str,
               reporter: Reporter, listen: Any) -> Dict[str, Any]:
     """Train one trial on this rank; its result (``ok``, history on rank 0, digest, timing), or its failure.
 
-    ``group`` is the driver's plan for the process group: ``reuse`` the kept one (every rank has
-    it whole), or build ``id`` anew from ``master`` (rank 0's ``listen`` socket); ``hosts`` by rank.
+    ``attempt`` counts the driver's earlier hand-outs of this trial (a retried stage's; the loop
+    resumes from the trial's last checkpoint).  ``group`` is the driver's plan for the process
+    group: ``reuse`` the kept one (every rank has it whole), or build ``id`` anew from ``master``
+    (rank 0's ``listen`` socket); ``hosts`` by rank.
     """
     from sparktrain.train._executor.task import train_rank
 
@@ -158,14 +161,7 @@ def run_trial(spec: WorkerSpec, seq: int, group: Dict[str, Any], bctx: Any, rank
         del os.environ[key]
     os.environ.update(spec.env)
     checkpointer = Checkpointer(spec.store, spec.run_id, spec.launch_id)
-    attempt = sum(1 for e in checkpointer.events(this_launch=True) if e.get("event") in ("started", "resumed"))
     base = {"seq": seq, "rank": rank, "host": host, "attempt": attempt}
-    if attempt >= spec.failure.max_attempts:
-        failures = checkpointer.failures()
-        root = failures[0] if failures else {"rank": rank, "host": host, "traceback": "",
-                                              "message": f"training failed {attempt} time(s)"}
-        return {**base, "ok": False, "error": dict(root, message=f"{root['message']} (gave up after {attempt} "
-                                                                   "attempt(s))")}
     try:
         if not group.get("reuse"):
             drop_process_group()  # the loop's adapter builds the new one from rank 0's port
