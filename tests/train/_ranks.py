@@ -10,9 +10,26 @@ real ranks are: in one process with the server, a thousand threads starve it of 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import List
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start(address: str, token: str, ranks: int, seconds: float, processes: int = 4) -> List[subprocess.Popen]:
+    """``ranks`` simulated ranks in ``processes`` processes against the server at ``address``; their Popens
+    (read each one's stdout for its ranks' JSON lines)."""
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'python'}{os.pathsep}{REPO}")
+    per = -(-ranks // processes)
+    return [subprocess.Popen([sys.executable, "-m", "tests.train._ranks", address, token, str(first),
+                              str(min(per, ranks - first)), str(seconds)], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, text=True)
+            for first in range(0, ranks, per)]
 
 
 def main(argv) -> None:

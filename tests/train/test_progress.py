@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import re
 import socket
 import time
@@ -293,26 +292,12 @@ def test_a_full_buffer_drops_the_oldest_steps_first():
             reporter.close()
 
 
-def run_simulated_ranks(server, ranks: int, seconds: float, processes: int = 4):
-    """Start ``ranks`` simulated ranks (tests/train/_ranks.py) in ``processes`` processes; returns the Popens."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, PYTHONPATH=f"{repo / 'python'}{os.pathsep}{repo}")
-    per = -(-ranks // processes)
-    return [subprocess.Popen([sys.executable, "-m", "tests.train._ranks", server.address, server.token, str(first),
-                              str(min(per, ranks - first)), str(seconds)], cwd=repo, env=env,
-                             stdout=subprocess.PIPE, text=True)
-            for first in range(0, ranks, per)]
-
-
 @pytest.mark.parametrize("ranks", [320])
 def test_hundreds_of_ranks_with_a_cut_raise_no_false_stall(ranks):
     """320 simulated ranks (the real Reporter and heartbeat, in 4 processes) against one server and watchdog;
     every connection is cut for longer than the stall timeout: all come back, nothing is lost, nobody is blamed."""
     from sparktrain.train.watchdog import StallWatchdog
+    from tests.train._ranks import start as start_ranks
 
     stalls, epochs = [], []
     seen = _Steps()
@@ -322,7 +307,7 @@ def test_hundreds_of_ranks_with_a_cut_raise_no_false_stall(ranks):
                                  task_state=lambda rank: "RUNNING")  # what Spark says: every task runs
         blind = StallWatchdog(ranks, timeout=8.0, on_stall=lambda info: None, poll=0.2)  # without Spark's word
         server.listeners += [watchdog, blind]
-        procs = run_simulated_ranks(server, ranks, seconds=25.0)
+        procs = start_ranks(server.address, server.token, ranks, seconds=25.0)
         try:
             _wait(lambda: len(watchdog.ranks) == ranks, timeout=60)
             server.drop_connections(refuse_s=9.0)  # silent for longer than SILENT_S and the stall timeout

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: how long rank 0 waits for the driver's verdict after an epoch (the driver polls every 0.1 s)
 PRUNE_WAIT_S = 10.0
+#: distributed trials on reused gangs (False: a barrier stage per trial, as before; bench/tune.py's baseline)
+REUSE_GANGS = True
 
 
 def run_task(spark, call: Callable[[], Any], metric: str = "loss") -> TrialOutcome:
@@ -186,7 +188,7 @@ class DistributedRunner:
         self._running: Dict[int, Any] = {}  # trial number -> its gang
         base = plan.plan({}, f"{plan.prefix}-gang").spec
         reusable, why = can_reuse(base)
-        if plan.channel is not None and reusable:
+        if plan.channel is not None and reusable and REUSE_GANGS:
             self.gangs = GangPool(spark, plan.channel.server, base.num_workers, base.scaling.gpus_per_worker)
         elif plan.channel is not None:
             log.info("distributed trials: one barrier stage per trial (%s)", why)
