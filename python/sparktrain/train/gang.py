@@ -47,6 +47,8 @@ IDLE_S = 900.0
 CLOSE_S = 30.0
 #: seconds the other ranks get to report after one reported its trial failed (else the gang is cancelled)
 FAIL_GRACE_S = 3.0
+#: a rank that sent something within this many seconds is alive (heartbeats come every second)
+ALIVE_S = 2.5
 
 
 def can_reuse(spec: WorkerSpec) -> Tuple[bool, str]:
@@ -129,7 +131,8 @@ class Gang:
         result = request.get("result")
         with self._cond:
             trial = self._trial
-            if isinstance(result, dict) and trial is not None and result.get("seq") == trial.seq:
+            if (isinstance(result, dict) and trial is not None and result.get("seq") == trial.seq
+                    and result.get("attempt") == trial.dispatches - 1):  # not a stale one of a retried stage's
                 trial.results[int(result.get("rank", -1))] = dict(result, time=time.monotonic())
                 self._cond.notify_all()
             if self._closing:
@@ -166,6 +169,7 @@ class Gang:
                 "hosts": [ready[r].request.get("host") for r in range(self.n)]}
         job = {**trial.job, "group": plan, "attempt": trial.dispatches}
         trial.dispatches += 1
+        trial.results = {}  # a retried stage runs the trial again: the earlier attempt's results are void
         trial.sent = {a.client: job for a in ready.values()}
         for r in ready:
             del self._waiting[r]
@@ -196,7 +200,8 @@ class Gang:
                 while len(trial.results) < self.n and not self.ended and not trial.gave_up:
                     self._cond.wait(0.2)
                     failed_at = min((r["time"] for r in trial.results.values() if not r.get("ok")), default=None)
-                    if failed_at is not None and time.monotonic() - failed_at > FAIL_GRACE_S and self.killed is None:
+                    if (failed_at is not None and time.monotonic() - failed_at > FAIL_GRACE_S and self.killed is None
+                            and self._peers_alive(trial, watchdog)):
                         self._cond.release()  # cancelling waits on Spark: not under the lock
                         try:
                             self.kill(f"run {spec.run_id} failed on a rank while its peers wait in a collective")
@@ -244,6 +249,17 @@ class Gang:
                             attempts=max(v.get("attempt", 0) for v in by_rank.values()) + 1,
                             seconds=time.perf_counter() - t0, hosts={r: v.get("host", "") for r, v in by_rank.items()},
                             world_sizes=[self.n])
+
+    def _peers_alive(self, trial: _Trial, watchdog: StallWatchdog) -> bool:
+        """Whether every rank without a result still sends heartbeats (stuck in a collective, not dead).
+
+        A dead rank's peers report its lost connection; its task failed, and Spark retries the stage
+        (the trial is handed out again) or fails it: that is Spark's to handle, not a reason to cancel.
+        """
+        now = time.time()
+        missing = [r for r in range(self.n) if r not in trial.results]
+        return bool(missing) and all(now - float(watchdog.ranks.get(r, {}).get("seen", 0.0)) < ALIVE_S
+                                     for r in missing)
 
     def kill(self, why: str) -> None:
         """Cancel the gang's stage (a stalled or timed-out trial); the trial in flight fails."""
