@@ -141,18 +141,21 @@ def test_single_mode_parallel_trials_register_best_and_log_run_tree(spark, datas
 
 
 @pytest.mark.torch
-def test_distributed_trials_run_on_one_reused_gang(spark, dataset, tmp_path, monkeypatch, caplog):
-    """One barrier stage runs every trial; a trial that fails on every rank ends that trial, not the gang."""
+def test_distributed_trials_run_on_one_reused_gang(spark, dataset, tmp_path, monkeypatch, caplog, tune_tracking_uri):
+    """One barrier stage runs every trial; a trial that fails on every rank ends that trial, not the gang; each
+    trial leaves what a barrier stage of its own did (run folder, model, MLflow child run, the registered best)."""
+    from mlflow import MlflowClient
+
     from sparktrain.data.run_store import RunStore
     from sparktrain.train.model import TorchModel
 
     monkeypatch.setenv("SPARKTRAIN_FAULT_INJECT", "*:1:0:raise")  # every rank raises in a 2-epoch trial's 2nd epoch
-    cfg = _cfg(tmp_path, train={"num_workers": 2, "seed": 2}, tune={  # seed 2 draws epochs 1, 2, 1, 1
-        "mode": "distributed", "max_trials": 4, "parallelism": 2, "algo": "random",
+    cfg = _cfg(tmp_path, experiment="gang", tracking=True, train={"num_workers": 2, "seed": 2}, tune={
+        "mode": "distributed", "max_trials": 4, "parallelism": 2, "algo": "random",  # seed 2: epochs 1, 2, 1, 1
         "space": {"learning_rate": {"loguniform": [3.0e-3, 3.0e-2]}, "dropout": {"uniform": [0.0, 0.3]},
                   "epochs": {"choice": [1, 2]}}})
     with caplog.at_level("INFO", logger="sparktrain.train.gang"):
-        result = run_search(spark, cfg, dataset)
+        result = run_search(spark, cfg, dataset, tracking_uri=tune_tracking_uri)
     assert len(result.trials) == 4
     assert result.concurrency == 1  # local[2] has 2 slots: one 2-worker trial at a time
     assert [t.params["epochs"] for t in result.trials] == [1, 2, 1, 1], format_trials(result)
@@ -176,7 +179,18 @@ def test_distributed_trials_run_on_one_reused_gang(spark, dataset, tmp_path, mon
     assert isinstance(result.best_model, TorchModel)
     assert _network_spec(result.best_model)["dropout"] == pytest.approx(result.best_params["dropout"])
     assert result.best_model.history[-1]["val_loss"] == pytest.approx(result.best_metric)
-    assert result.parent_run_id is None  # tracking disabled: nothing logged
+    client = MlflowClient(tune_tracking_uri)
+    children = {r.data.tags["sparktrain.trial"]: r for r in _child_runs(client, result.parent_run_id)}
+    assert sorted(children) == ["1", "2", "3", "4"]
+    for t in result.trials:
+        run = children[str(t.number)]
+        assert run.info.run_id == t.run_id and run.data.tags["sparktrain.status"] == t.status
+        assert run.info.status == ("FINISHED" if t.status == FINISHED else "FAILED")
+        if t.status == FINISHED:
+            assert run.data.metrics["val_loss"] == pytest.approx(t.metric)
+    best = next(t for t in result.trials if t.number == result.best_number)
+    champion = client.get_model_version_by_alias("gang-model", "champion")
+    assert champion.run_id == best.run_id and "model" in [f.path for f in client.list_artifacts(best.run_id)]
 
 
 def test_failed_trials_are_recorded_and_the_search_goes_on(spark, tmp_path, tune_tracking_uri):
