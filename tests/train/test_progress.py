@@ -122,7 +122,7 @@ def test_tty_bar_first_update_has_no_made_up_rate():
             _send(conn, server, **_step(50))
             _wait(lambda: seen.steps == [50])
             first = stream.getvalue()
-            bar = server._bar
+            bar = server.view.bar
             assert bar.n == 50 and bar.format_dict["rate"] is None
             time.sleep(0.2)
             _send(conn, server, **_step(60))

@@ -42,6 +42,7 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from sparktrain.train._executor.channel import HELLO_S, READ_TIMEOUT_S, token_ok
+from sparktrain.train._progress_view import ProgressView
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,6 @@ class TrainingCallback(Protocol):
 
     def on_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         """Metrics at the end of an epoch (train and validation)."""
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
 
 
 class ProgressServer:
@@ -149,18 +143,11 @@ class ProgressServer:
         self._lock = threading.Lock()
         self._conns: List[socket.socket] = []
         self._clients: Dict[str, Tuple[Optional[socket.socket], int]] = {}  # client -> newest connection, attempt
-        self._bar: Any = None
-        self._epochs = epochs
-        self._stream: IO[str] = stream if stream is not None else sys.stderr
-        self._draw_bar = show_bar and _isatty(self._stream)
-        self._log_steps = show_bar and not self._draw_bar
-        self._log_every_s = float(log_every_s)
+        self.view = ProgressView(epochs, show_bar, log_every_s, stream if stream is not None else sys.stderr, clock)
         self._max_line = int(max_line_bytes)
         self._max_conns = int(max_connections)
         self._read_timeout = float(read_timeout_s)
         self._hello_s = float(hello_s)
-        self._clock = clock
-        self._last_log = clock()
         self._thread = threading.Thread(target=self._accept_loop, name="sparktrain-progress", daemon=True)
         self._thread.start()
 
@@ -172,7 +159,7 @@ class ProgressServer:
     @property
     def draws_bar(self) -> bool:
         """Whether progress is drawn as a tqdm bar (a TTY) rather than logged."""
-        return self._draw_bar
+        return self.view.draws_bar
 
     @property
     def open_connections(self) -> int:
@@ -338,52 +325,14 @@ class ProgressServer:
                 return
             metrics = event.get("metrics", {})
             if kind == "step":
-                self._show_step(event, metrics)
+                self.view.step(event, metrics)
                 for cb in self.callbacks:
                     _safe(cb.on_step, event["epoch"], event["step"], metrics)
             elif kind == "epoch":
                 self.epochs_seen[event["epoch"]] = metrics
-                if self._bar is not None:
-                    self._bar.set_postfix({k: round(v, 4) for k, v in metrics.items()
-                                           if k in ("train_loss", "val_loss", "val_auc")})
-                    self._bar.close()
-                    self._bar = None
-                summary = "  ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-                log.info("epoch %d/%d  %s", event["epoch"] + 1, event.get("epochs", self._epochs), summary)
-                self._last_log = self._clock()
+                self.view.epoch(event, metrics)
                 for cb in self.callbacks:
                     _safe(cb.on_epoch, event["epoch"], metrics)
-
-    def _show_step(self, event: Dict[str, Any], metrics: Dict[str, Any]) -> None:
-        if self._draw_bar:
-            self._update_bar(event, metrics)
-        elif self._log_steps:
-            now = self._clock()
-            if now - self._last_log >= self._log_every_s:
-                self._last_log = now
-                steps = event.get("steps")
-                log.info("epoch %d/%d  step %d%s  %.0f samples/s  loss=%.4g%s", event["epoch"] + 1,
-                         event.get("epochs", self._epochs), event["step"], f"/{steps}" if steps else "",
-                         float(metrics.get("samples_per_s", 0.0)), float(metrics.get("loss", float("nan"))),
-                         f"  workers={event['world_size']}" if event.get("world_size") else "")
-
-    def _update_bar(self, event: Dict[str, Any], metrics: Dict[str, Any]) -> None:
-        try:
-            from tqdm import tqdm
-        except ImportError:  # pragma: no cover
-            return
-        step = int(event["step"])
-        if self._bar is None:
-            # initial=step: tqdm's rate is (n - initial) / elapsed, so the first update does not count
-            # the steps run before the bar opened (that was "1115506 step/s").
-            self._bar = tqdm(total=event.get("steps"), initial=step, unit="step", file=self._stream,
-                             desc=f"epoch {event['epoch'] + 1}/{self._epochs}"
-                                  + (f" x{event['world_size']}" if event.get("world_size") else ""),
-                             leave=False, dynamic_ncols=True)
-        else:
-            self._bar.update(max(step - self._bar.n, 0))
-        self._bar.set_postfix(loss=round(float(metrics.get("loss", float("nan"))), 4),
-                              sps=int(metrics.get("samples_per_s", 0)), refresh=True)
 
     def drop_connections(self, refuse_s: float = 0.0) -> int:
         """Close every open connection and refuse hellos for ``refuse_s`` seconds: a network cut of that length.
@@ -409,9 +358,7 @@ class ProgressServer:
             self._sock.close()
         finally:
             with self._lock:
-                if self._bar is not None:
-                    self._bar.close()
-                    self._bar = None
+                self.view.close()
 
     def __enter__(self) -> "ProgressServer":
         return self
