@@ -4,7 +4,8 @@
 model from the materialized Parquet (by path), ``tune.parallelism`` trials at
 a time, each its own small Spark job in its own job group.  ``tune.mode:
 distributed`` runs each trial as a barrier-mode fit of ``train.num_workers``
-workers, as many trials at once as the slots allow.  Both feed the engine
+workers on a reused gang (one barrier stage that runs trial after trial,
+:mod:`sparktrain.train.gang`), as many trials at once as the slots allow, a gang each.  Both feed the engine
 (``tune.engine``: Hyperopt TPE/random, or an Optuna study with TPE, random or
 CMA-ES) result by result, prune trials from their per-epoch metrics
 (``tune.pruner``, Optuna), stop early after ``tune.early_stop_trials``
