@@ -22,7 +22,7 @@ ratios of SparkTrials to ours.
 
 Part 2 (``--no-mode-b`` skips it) trains a tiny torch MLP on 20,000 synthetic
 rows (cached under ``work/bench/tune/``) for one epoch per trial, in
-``tune.mode: distributed`` (a barrier stage of 2 workers per trial) and, for
+``tune.mode: distributed`` (2 workers per trial, on a reused gang) and, for
 reference, in ``single`` mode, after one untimed warm-up search each; overhead
 there is ``wall * at_once / trials`` minus the epochs' own time
 (``epoch_time_s``, reported by the workers).
