@@ -12,7 +12,11 @@ One ``local[2,2]`` session (a failed barrier stage is retried once) with
 * **tracking server killed**: a real ``mlflow server`` dies at epoch 2 of 6;
 * **oversized model**: a 2+ MB network under ``maxResultSize=1m``;
 * **kill -9 mid-epoch**: rank 1's Python worker dies at epoch 1, step 22 (checkpoints every 10 steps);
-* **shrink 2 -> 1**: 2 workers fail at epoch 1, step 22; the run resumes on 1 worker.
+* **shrink 2 -> 1**: 2 workers fail at epoch 1, step 22; the run resumes on 1 worker;
+* **300 progress clients: no false stall**: 300 simulated ranks (the real reporter and heartbeat, in 4
+  processes, ``tests/train/_ranks.py``) report to one progress server; every connection is cut for 9 s,
+  longer than the 8 s ``stallTimeout``: every rank must come back with nothing lost, and the watchdog (told by
+  the status-tracker hook that the tasks run, as Spark would) must not declare a stall.
 
 Each row prints the seconds from the fault to a clear error or to training
 again, whether anything was lost, and where the model is; the resume rows
@@ -241,6 +245,46 @@ def _overhead(spark, base: Path, repeats: int) -> Dict[str, Any]:
             "ratio_every_50": med["every 50 steps"] / med["none"]}
 
 
+def _progress_clients(ranks: int = 300, cut_s: float = 9.0, timeout: float = 8.0) -> Dict[str, Any]:
+    """``ranks`` simulated ranks against one progress server, every connection cut for ``cut_s`` > ``timeout``."""
+    import io
+
+    from sparktrain.train.progress import ProgressServer
+    from sparktrain.train.watchdog import StallWatchdog
+    from tests.train._ranks import start
+
+    stalls: List[Dict[str, Any]] = []
+    epochs: collections.Counter = collections.Counter()
+    with ProgressServer("127.0.0.1", stream=io.StringIO(), ranks=ranks) as server:
+        server.listeners.append(lambda e: epochs.update([e["rank"]]) if e.get("type") == "epoch" else None)
+        dog = StallWatchdog(ranks, timeout, on_stall=stalls.append, poll=0.2, task_state=lambda rank: "RUNNING")
+        server.listeners.append(dog)
+        procs = start(server.address, server.token, ranks, seconds=cut_s + 25.0)
+        try:
+            deadline = time.monotonic() + 120
+            while len(dog.ranks) < ranks and time.monotonic() < deadline:
+                time.sleep(0.1)
+            server.drop_connections(refuse_s=cut_s)
+            cut = time.time()
+            while time.monotonic() < deadline and not all(s.get("seen", 0) > cut + cut_s
+                                                          for s in list(dog.ranks.values())):
+                time.sleep(0.1)
+            back_s = time.time() - cut - cut_s
+            done = [json.loads(line) for p in procs for line in p.communicate(timeout=120)[0].splitlines()]
+        finally:
+            for p in procs:
+                p.kill()
+            dog.close()
+    sent = {d["rank"]: d["epochs"] for d in done}
+    missing = sum(max(0, n - epochs.get(r, 0)) for r, n in sent.items()) + ranks - len(sent)
+    false_stall = bool(stalls) or dog.stalled is not None
+    return {"row": "300 progress clients", "fault_to_training_s": round(back_s, 1), "goal_s": timeout,
+            "outcome": (f"a {cut_s:g} s cut of {ranks} ranks (stallTimeout {timeout:g} s): "
+                        + ("FALSE STALL" if false_stall else "no false stall")
+                        + f", {missing} epoch events lost, {sum(d['reconnects'] for d in done)} reconnects"),
+            "silent_hang": False, "lost": missing > 0 or false_stall, "model": ""}
+
+
 def main(argv: List[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stall-timeout", type=float, default=20.0)
@@ -273,6 +317,7 @@ def main(argv: List[str]) -> int:
     _, err = _fit(path, str(store), "shrink", 2, str(traces), fault="1:1:22:raise")
     shrunk, _ = _fit(path, str(store), "shrink", 1, str(traces))
     rows.append(_resume_row("shrink 2 to 1", store, traces, "shrink", clean_val, shrunk.history[-1]["val_loss"]))
+    rows.append(_progress_clients())
     overhead = None if args.no_flights else _overhead(spark, base, args.repeats)
 
     print(f"\nclean fit: {clean_s:.1f} s, val_loss {clean_val:.4f}; the same fit with seed 4: "

@@ -22,10 +22,14 @@ ratios of SparkTrials to ours.
 
 Part 2 (``--no-mode-b`` skips it) trains a tiny torch MLP on 20,000 synthetic
 rows (cached under ``work/bench/tune/``) for one epoch per trial, in
-``tune.mode: distributed`` (a barrier stage of 2 workers per trial) and, for
+``tune.mode: distributed`` (2 workers per trial, on a reused gang) and, for
 reference, in ``single`` mode, after one untimed warm-up search each; overhead
 there is ``wall * at_once / trials`` minus the epochs' own time
 (``epoch_time_s``, reported by the workers).
+
+Part 2 ends with the reused gang (:func:`part_gang`): ``--gang-trials`` distributed trials on one
+reused barrier stage against a barrier stage per trial, the same search; goal: < 0.5 s overhead per
+trial on the gang.
 
 Part 3 (``--time-to-target``; ``--only-time-to-target`` runs it alone) measures
 what a user wants, the time to a good model, on flights (``conf/flights.yaml``
@@ -214,6 +218,64 @@ def part_two(spark, args) -> List[Dict[str, Any]]:
     return rows
 
 
+def part_gang(spark, args, res) -> List[Dict[str, Any]]:
+    """Distributed trials on a reused gang against a barrier stage per trial (the baseline), same search.
+
+    ``--gang-trials`` trials of 1 epoch, 2 workers each, one at a time, after an untimed warm-up of each
+    way.  Per trial: ``overhead`` = wall / trials - the epochs' own time (the gang's launch and close
+    amortized over the search), and ``marginal`` = the median of (trial seconds - its epoch time) over
+    the trials after the first (what one more trial costs once the gang runs).
+    """
+    from sparktrain.config import parse_config
+    from sparktrain.tune import _training
+    from sparktrain.tune.search import run_search
+
+    dataset = synthetic_dataset(spark)
+    cfg = parse_config({
+        "data": {"label": "label"}, "tracking": {"enabled": False},
+        "train": {"epochs": 1, "batch_size": 512, "num_workers": 2, "store": str(WORK / "store")},
+        "tune": {"mode": "distributed", "max_trials": args.gang_trials, "parallelism": 1, "algo": "random",
+                 "space": {"learning_rate": {"loguniform": [1.0e-3, 3.0e-2]}}}})
+    rows = []
+    try:
+        for name, reuse in (("barrier stage per trial", False), ("reused gang", True)):
+            _training.REUSE_GANGS = reuse
+            run_search(spark, cfg, dataset)  # warm-up: Python workers import torch
+            overheads, marginals, walls = [], [], []
+            for _ in range(args.b_repeats):
+                t0 = time.perf_counter()
+                result = run_search(spark, cfg, dataset)
+                wall = time.perf_counter() - t0
+                own = [sum(e["epoch_time_s"] for e in t.history) for t in result.trials]
+                walls.append(wall)
+                overheads.append(wall / len(result.trials) - statistics.mean(own))
+                marginals.append(statistics.median(t.seconds - o for t, o in zip(result.trials[1:], own[1:])))
+            rows.append({"name": name, "trials": len(result.trials), "wall": statistics.median(walls),
+                         "overhead": statistics.median(overheads), "marginal": statistics.median(marginals),
+                         "overheads": overheads, "marginals": marginals})
+    finally:
+        _training.REUSE_GANGS = True
+    print(f"\ndistributed trials (2 workers, 1 epoch, one at a time, {args.gang_trials} trials, median of "
+          f"{args.b_repeats}; local[{args.parallelism}])")
+    print(f"| {'way':<24} | {'wall s':>7} | {'overhead s/trial':>16} | {'marginal s/trial':>16} |")
+    print(f"|{'-' * 26}|{'-' * 9}|{'-' * 18}|{'-' * 18}|")
+    for r in rows:
+        print(f"| {r['name']:<24} | {r['wall']:>7.1f} | {r['overhead']:>16.3f} | {r['marginal']:>16.3f} |")
+    base, gang = rows
+    print(f"reused gang: {base['overhead'] / max(gang['overhead'], 1e-3):.1f}x less overhead per trial "
+          f"({gang['overhead']:.3f} s vs {base['overhead']:.3f} s; goal < 0.5 s)")
+    res.add("distributed trials, barrier stage per trial: overhead per trial", base["overheads"], "s", digits=3)
+    res.add("distributed trials, reused gang: marginal overhead per trial", gang["marginals"], "s", digits=3,
+            note="trial seconds - epoch time, trials after the first (the gang running)")
+    res.goal("distributed trials, reused gang: overhead per trial (s)", gang["overheads"], "< 0.5 s",
+             met_at_most(gang["overheads"], 0.5), digits=3,
+             note=f"{args.gang_trials} trials; wall / trials - epoch time (the gang's launch and close included)")
+    less = ratios(base["overheads"], gang["overheads"])
+    res.goal("distributed trial overhead, per-trial stage / reused gang", less, ">= 1 (less)",
+             met_at_least(less, 1.0), digits=1)
+    return rows
+
+
 def flights_dataset(spark) -> str:
     """conf/flights.yaml preprocessed once into work/bench/tune/flights (reused while its features.json is there)."""
     from sparktrain.config import load_config
@@ -334,6 +396,7 @@ def main() -> None:
     ap.add_argument("--b-trials", type=int, default=4, help="trials per run in part 2")
     ap.add_argument("--b-repeats", type=int, default=3, help="timed runs per mode in part 2")
     ap.add_argument("--no-mode-b", action="store_true", help="skip part 2 (training trials)")
+    ap.add_argument("--gang-trials", type=int, default=12, help="trials per run of part 2's reused-gang rows")
     ap.add_argument("--time-to-target", action="store_true", help="also run part 3 (time to a good model, flights)")
     ap.add_argument("--only-time-to-target", action="store_true", help="run part 3 alone")
     ap.add_argument("--ttt-trials", type=int, default=16, help="trials per search in part 3")
@@ -399,6 +462,7 @@ def main() -> None:
                     r["overheads"], "s", digits=2,
                     note=f"{r['trials']} trials, {r['at_once']} at once; wall x at-once / trials - epoch time")
             res.add(f"training trials, {r['name']}: wall", r["walls"], "s", digits=1)
+        part_gang(spark, args, res)
     res.note("Overhead per trial = wall x parallelism / trials - the objective's own time.")
     res.write()
     if args.time_to_target:

@@ -178,6 +178,10 @@ class TrainingStalledError(TrainingError):
         self.info = dict(info)
         what = "sent nothing (frozen or lost)" if info.get("silent") else \
             f"was stuck in {info.get('phase') or 'start-up'}"
+        if info.get("spark_task"):
+            what += {"RUNNING": "; Spark reports its task still running: the process is alive but silent",
+                     "unknown": "; Spark's status tracker could not say whether its task runs"
+                     }.get(info["spark_task"], f"; Spark reports its task {info['spark_task']}")
         super().__init__(
             f"rank {info.get('rank')} made no progress for {info.get('seconds')} s at epoch {info.get('epoch')}, "
             f"step {info.get('step')} ({what}); stallTimeout = {timeout:g} s. The barrier stage was cancelled. "

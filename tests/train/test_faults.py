@@ -138,3 +138,40 @@ def test_a_model_over_max_result_size_trains_and_registers(tmp_path):
     out = json.loads(line[0][len("RESULT "):])
     assert out["max"] == "1m" and out["bytes"] > 2 * 1024 * 1024  # the network is over twice the limit
     assert out["version"] == 1
+
+
+@pytest.mark.torch
+def test_a_progress_channel_cut_mid_fit_is_no_stall(spark, small, tmp_path, monkeypatch, caplog):
+    """Every rank's connection is cut for longer than stallTimeout in the middle of a real fit: the ranks
+    reconnect and deliver what they buffered; the watchdog asks Spark, hears the tasks run, and waits."""
+    import threading
+
+    from sparktrain.train import launcher
+    from sparktrain.train.estimator import TorchEstimator
+    from sparktrain.train.progress import ProgressServer
+
+    servers = []
+
+    class CutServer(ProgressServer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            servers.append(self)
+            self.cut_at = None
+            self.listeners.append(self._maybe_cut)
+
+        def _maybe_cut(self, event):
+            if self.cut_at is None and event.get("type") == "step" and event.get("epoch") == 1:
+                self.cut_at = event["step"]
+                threading.Thread(target=self.drop_connections, args=(7.0,), daemon=True).start()
+
+    monkeypatch.setattr(launcher, "ProgressServer", CutServer)
+    est = TorchEstimator(numWorkers=2, epochs=4, batchSize=8, labelCol="label", store=str(tmp_path / "store"),
+                         stallTimeout=5.0, logEverySteps=20)
+    est.show_progress = False
+    with caplog.at_level("WARNING", logger="sparktrain.train.watchdog"):
+        model = est.fit(small)
+    (server,) = servers
+    assert server.cut_at is not None and len(model.history) == 4
+    assert sorted(server.epochs_seen) == list(range(4))  # every epoch event arrived, the ones sent in the cut too
+    assert server.accepted_connections >= 4  # both ranks came back
+    assert "Spark reports its task running" in caplog.text  # silent ranks were checked, not blamed

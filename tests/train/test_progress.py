@@ -29,13 +29,19 @@ class _Clock:
         return self.t
 
 
-def _connect(server: ProgressServer) -> socket.socket:
+def _connect(server: ProgressServer, hello: bool = True, token: str | None = None) -> socket.socket:
+    """A plain client; with ``hello`` it sends the protocol's first line (the server's token unless ``token``)."""
     host, _, port = server.address.rpartition(":")
-    return socket.create_connection((host, int(port)), timeout=5)
+    conn = socket.create_connection((host, int(port)), timeout=5)
+    if hello:
+        line = {"hello": 2, "token": server.token if token is None else token, "client": f"c{id(conn)}",
+                "rank": 0, "host": "h"}
+        conn.sendall((json.dumps(line) + "\n").encode())
+    return conn
 
 
 def _send(conn: socket.socket, server: ProgressServer, **event) -> None:
-    conn.sendall((json.dumps({"token": server.token, "rank": 0, "host": "h", **event}) + "\n").encode())
+    conn.sendall((json.dumps({"rank": 0, "host": "h", **event}) + "\n").encode())
 
 
 def _wait(cond, timeout: float = 5.0) -> None:
@@ -47,11 +53,16 @@ def _wait(cond, timeout: float = 5.0) -> None:
 
 
 def _closed_by_peer(conn: socket.socket) -> bool:
+    """Whether the server closes ``conn`` within 5 s (what it wrote before, a hello's answer, is skipped)."""
     conn.settimeout(5)
     try:
-        return conn.recv(1) == b""
+        while conn.recv(4096):
+            pass
+        return True
     except ConnectionResetError:
         return True
+    except TimeoutError:
+        return False
 
 
 class _Steps:
@@ -111,7 +122,7 @@ def test_tty_bar_first_update_has_no_made_up_rate():
             _send(conn, server, **_step(50))
             _wait(lambda: seen.steps == [50])
             first = stream.getvalue()
-            bar = server._bar
+            bar = server.view.bar
             assert bar.n == 50 and bar.format_dict["rate"] is None
             time.sleep(0.2)
             _send(conn, server, **_step(60))
@@ -128,7 +139,7 @@ def test_over_long_line_drops_the_connection(caplog):
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), max_line_bytes=1024) as server:
         with _connect(server) as bad:
-            bad.sendall(b'{"token": "' + b"x" * 4096)
+            bad.sendall(b'{"type": "' + b"x" * 4096)
             assert _closed_by_peer(bad)
         with _connect(server) as good:  # the server still serves others
             _send(good, server, **_step(5))
@@ -139,8 +150,8 @@ def test_over_long_line_drops_the_connection(caplog):
 def test_line_at_the_cap_is_accepted():
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), max_line_bytes=512) as server:
-        event = json.dumps({"token": server.token, **_step(7), "pad": ""})
-        line = json.dumps({"token": server.token, **_step(7), "pad": "p" * (511 - len(event))}) + "\n"
+        event = json.dumps({**_step(7), "pad": ""})
+        line = json.dumps({**_step(7), "pad": "p" * (511 - len(event))}) + "\n"
         assert len(line) == 512
         with _connect(server) as conn:
             conn.sendall(line.encode())
@@ -167,12 +178,11 @@ def test_too_many_connections_are_dropped(caplog):
     assert any("already 2 open" in r.getMessage() for r in caplog.records)
 
 
-def test_wrong_token_and_garbage_are_ignored():
+def test_garbage_after_the_hello_is_ignored():
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
         with _connect(server) as conn:
             conn.sendall(b"not json\n[1, 2]\n")
-            conn.sendall((json.dumps({"token": "nope", **_step(1)}) + "\n").encode())
             _send(conn, server, **_step(2))
             _wait(lambda: seen.steps == [2])
 
@@ -181,3 +191,165 @@ def test_wrong_token_and_garbage_are_ignored():
 def test_bad_limits_are_refused(kwargs):
     with pytest.raises(ValueError, match="must be >= "):
         ProgressServer("127.0.0.1", **kwargs)
+
+
+# ---- the channel holds: token, timeouts, cap, reconnects -------------------------------------------------------
+
+def test_the_token_must_come_first_and_right_within_hello_s(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), hello_s=0.5) as server:
+        with _connect(server, token="0" * len(server.token)) as wrong:  # same length, wrong: dropped
+            _send(wrong, server, **_step(1))
+            assert _closed_by_peer(wrong)
+        with _connect(server, hello=False) as eventer:  # an event where the hello belongs: dropped
+            _send(eventer, server, **_step(2))
+            assert _closed_by_peer(eventer)
+        t0 = time.monotonic()
+        with _connect(server, hello=False) as silent:  # nothing at all: dropped after hello_s
+            assert _closed_by_peer(silent) and 0.4 < time.monotonic() - t0 < 3.0
+        with _connect(server) as good:
+            _send(good, server, **_step(3))
+            _wait(lambda: seen.steps == [3])
+        assert server.rejected_connections == 3 and server.accepted_connections == 1
+    assert "no valid token" in caplog.text and "no hello line within" in caplog.text
+
+
+def test_a_silent_connection_is_closed_after_the_read_timeout(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    with ProgressServer("127.0.0.1", stream=io.StringIO(), read_timeout_s=0.5) as server:
+        with _connect(server) as conn:
+            assert _closed_by_peer(conn)
+        assert server.idle_closed == 1
+    assert "silent for 0 s" in caplog.text or "silent for 1 s" in caplog.text
+
+
+def test_the_cap_follows_the_ranks_and_idle_sockets_cannot_lock_workers_out():
+    from sparktrain.train._executor.reporter import Reporter
+    from sparktrain.train.progress import connection_cap
+
+    assert connection_cap(300) == 616 and connection_cap(300, per_rank=2) == 1216
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), ranks=2, hello_s=0.5) as server:
+        assert server._max_conns == connection_cap(2) == 20
+        squatters = [_connect(server, hello=False) for _ in range(20)]  # every slot, no token
+        _wait(lambda: server.open_connections == 20)
+        reporter = Reporter(server.address, 0, "h", server.token, run="r")
+        try:
+            reporter.send("step", epoch=0, step=7, steps=10, metrics={"loss": 0.5})
+            _wait(lambda: seen.steps == [7], timeout=15)  # refused while full, back once the squatters are dropped
+            assert server.dropped_connections >= 1 and server.rejected_connections >= 20
+        finally:
+            reporter.close()
+            for s in squatters:
+                s.close()
+
+
+def test_a_worker_reconnects_after_a_cut_and_loses_nothing():
+    from sparktrain.train._executor.reporter import Reporter
+
+    seen = _Steps()
+    asked = []
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
+        pending = []
+        server.on_request("verdict", lambda req, reply: (asked.append(req["epoch"]), pending.append(reply)))
+        reporter = Reporter(server.address, 0, "h", server.token, run="r")
+        try:
+            reporter.send("step", epoch=0, step=1, steps=10, metrics={"loss": 0.5})
+            _wait(lambda: seen.steps == [1])
+            server.drop_connections(refuse_s=1.0)  # a one-second network cut
+            for step in range(2, 6):  # buffered meanwhile
+                reporter.send("step", epoch=0, step=step, steps=10, metrics={"loss": 0.5})
+            import threading
+
+            answer = {}
+            t = threading.Thread(target=lambda: answer.update(v=reporter.request("verdict", timeout=15, epoch=0)))
+            t.start()
+            _wait(lambda: len(asked) >= 1, timeout=15)  # the request arrives once the cut is over
+            pending[-1]({"stop": True, "epoch": 0})
+            t.join(15)
+            assert answer["v"] == {"stop": True, "epoch": 0}
+            _wait(lambda: seen.steps == [1, 2, 3, 4, 5])  # all of them, in order
+            assert reporter.reconnects >= 1 and reporter.dropped == 0
+        finally:
+            reporter.close()
+
+
+def test_a_full_buffer_drops_the_oldest_steps_first():
+    from sparktrain.train._executor.reporter import Reporter
+
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
+        server.drop_connections(refuse_s=1.5)
+        reporter = Reporter(server.address, 0, "h", server.token, buffer=5)
+        try:
+            reporter.send("epoch", epoch=0, epochs=2, metrics={"val_loss": 0.4})
+            for step in range(1, 9):
+                reporter.send("step", epoch=1, step=step, steps=10, metrics={"loss": 0.5})
+            _wait(lambda: seen.epochs == [0] and seen.steps[-1:] == [8], timeout=15)
+            assert seen.steps == [5, 6, 7, 8] and reporter.dropped == 4  # the epoch event was kept
+        finally:
+            reporter.close()
+
+
+@pytest.mark.parametrize("ranks", [320])
+def test_hundreds_of_ranks_with_a_cut_raise_no_false_stall(ranks):
+    """320 simulated ranks (the real Reporter and heartbeat, in 4 processes) against one server and watchdog;
+    every connection is cut for longer than the stall timeout: all come back, nothing is lost, nobody is blamed."""
+    from sparktrain.train.watchdog import StallWatchdog
+    from tests.train._ranks import start as start_ranks
+
+    stalls, epochs = [], []
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), ranks=ranks) as server:
+        server.listeners.append(lambda e: epochs.append(e["rank"]) if e.get("type") == "epoch" else None)
+        watchdog = StallWatchdog(ranks, timeout=8.0, on_stall=stalls.append, poll=0.2,
+                                 task_state=lambda rank: "RUNNING")  # what Spark says: every task runs
+        blind = StallWatchdog(ranks, timeout=8.0, on_stall=lambda info: None, poll=0.2)  # without Spark's word
+        server.listeners += [watchdog, blind]
+        procs = start_ranks(server.address, server.token, ranks, seconds=25.0)
+        try:
+            _wait(lambda: len(watchdog.ranks) == ranks, timeout=60)
+            server.drop_connections(refuse_s=9.0)  # silent for longer than SILENT_S and the stall timeout
+            over = time.time() + 9.0
+            _wait(lambda: all(s.get("seen", 0) > over for s in list(watchdog.ranks.values())), timeout=60)
+            assert watchdog.check() is None  # every rank is back
+            done = [json.loads(line) for p in procs for line in p.communicate(timeout=60)[0].splitlines()]
+        finally:
+            for p in procs:
+                p.kill()
+            watchdog.close()
+            blind.close()
+        assert stalls == [] and watchdog.stalled is None
+        assert blind.stalled is not None and blind.stalled["silent"]  # the cut alone would have stopped a fit
+        assert set(watchdog.asked.values()) == {"RUNNING"}  # the silent ranks were checked with "Spark"
+        by_rank = {d["rank"]: d for d in done}
+        assert sorted(by_rank) == list(range(ranks)) and all(d["reconnects"] >= 1 for d in done)
+        assert all(d["dropped"] == 0 for d in done)
+        assert sorted(epochs) == sorted(r for r, d in by_rank.items() for _ in range(d["epochs"]))  # none lost/twice
+        assert seen.steps == list(range(1, by_rank[0]["steps"] + 1))  # rank 0's steps: all, once, in order
+
+
+def test_a_silent_rank_is_blamed_only_after_asking_spark():
+    from sparktrain.train.watchdog import SILENT_S, StallWatchdog
+
+    states = {0: "RUNNING", 1: "SUCCESS", 2: "FAILED", 3: None}
+    dog = StallWatchdog(4, timeout=10.0, on_stall=lambda info: None, poll=3600, task_state=states.get)
+    try:
+        t0 = dog.started
+        for rank in range(4):  # each made a step, then went silent
+            dog({"type": "step", "rank": rank, "host": f"h{rank}", "epoch": 0, "step": 5})
+            dog.ranks[rank].update(seen=t0, progress=t0)
+        info = dog.check(now=t0 + 11)  # past the timeout: rank 3, whose task Spark cannot account for
+        assert info["rank"] == 3 and info["silent"] and info["spark_task"] == "unknown"
+        del states[3]
+        dog.ranks[3].update(seen=t0 + 11, progress=t0 + 11)  # rank 3 is back
+        assert dog.check(now=t0 + 11 + SILENT_S / 2) is None
+        assert dog.check(now=t0 + 19) is None  # rank 0 runs (a cut channel?): up to twice the timeout
+        info = dog.check(now=t0 + 21)
+        assert info["rank"] == 0 and info["spark_task"] == "RUNNING"  # finished (1) and failed (2): never blamed
+        from sparktrain.errors import TrainingStalledError
+
+        assert "Spark reports its task still running" in str(TrainingStalledError(info, 10.0))
+    finally:
+        dog.close()

@@ -291,6 +291,63 @@ def test_the_rank_hook_waits_for_the_verdict_and_stops_on_a_prune(tmp_path):
     assert pruned[0]["epoch"] == 2 and pruned[0]["verdict_epoch"] == 1 and pruned[0]["reason"] == "worse than the rung"
 
 
+def test_the_rank_hook_asks_the_search_over_the_channel(tmp_path):
+    import threading
+
+    from sparktrain.data.run_store import RunStore
+    from sparktrain.train._executor.checkpoint import Checkpointer
+    from sparktrain.train._executor.context import WorkerContext
+    from sparktrain.train._executor.control import PruneHook
+    from sparktrain.train._executor.reporter import Reporter
+    from sparktrain.train._executor.spec import InputSpec, OptimSpec, WorkerSpec
+    from sparktrain.tune._channel import SearchChannel
+
+    channel = SearchChannel("127.0.0.1", ranks=1)
+    watch = channel.watch("r1", epochs=4)
+    spec = WorkerSpec(framework="torch", inputs=InputSpec(("x",), (), "y", "binary"), train_path="t",
+                      val_path=None, store=str(tmp_path), run_id="r1", optim=OptimSpec(epochs=4), prune_wait_s=5.0,
+                      progress_address=channel.address, token=channel.token)
+    reporter = Reporter(channel.address, 0, "h", channel.token, run="r1")
+    ctx = WorkerContext(rank=0, world_size=1, host="127.0.0.1", master_host="127.0.0.1", master_port=0, aux_port=0,
+                        attempt=0, checkpointer=Checkpointer(str(tmp_path), "r1"), reporter=reporter)
+    hook = PruneHook(spec, ctx)
+    answers = []
+
+    def epoch(n: int) -> threading.Thread:
+        t = threading.Thread(target=lambda: answers.append(hook.on_epoch(n, {"val_loss": 0.5 + n})))
+        t.start()
+        return t
+
+    try:
+        t = epoch(0)
+        _wait_for(lambda: watch.finished_epochs() == {0: {"val_loss": 0.5}})  # the request fed the metrics
+        watch.verdict(0, False, "")
+        t.join(5)
+        assert answers == [False]
+        t = epoch(1)
+        _wait_for(lambda: 1 in watch.finished_epochs())
+        channel.server.drop_connections(refuse_s=0.5)  # a cut while rank 0 waits: it asks again
+        time.sleep(1.0)
+        watch.verdict(1, True, "worse than the rung")
+        t.join(10)
+        assert answers == [False, True]
+        t = epoch(2)  # a stop is the answer to any later question
+        t.join(5)
+        assert answers == [False, True, True]
+        pruned = [e for e in RunStore(str(tmp_path), "r1").read_events() if e["event"] == "pruned"]
+        assert [(e["epoch"], e["verdict_epoch"], e["reason"]) for e in pruned][0] == (1, 1, "worse than the rung")
+    finally:
+        reporter.close()
+        channel.close()
+
+
+def _wait_for(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
 # ---- pruning, end to end -----------------------------------------------------------------------------------------
 
 def _assert_pruned_trials(result, store, epochs):
@@ -301,14 +358,15 @@ def _assert_pruned_trials(result, store, epochs):
     for t in result.trials:
         assert t.epochs == len(t.history)
         run = RunStore(store, f"{t.job_group.rsplit('-trial-', 1)[0]}-t{t.number:03d}")
-        stop = run.stop_requested()
+        assert run.stop_requested() is None  # the verdicts went over the progress channel, not the store
+        pruned = [e for e in run.read_events() if e["event"] == "pruned"]
         if t.status == PRUNED:
-            assert t.epochs < epochs and stop is not None
-            assert t.epochs == stop["epoch"] + 1  # it stopped right after the epoch it was pruned at
+            assert t.epochs < epochs and len(pruned) == 1
+            assert t.epochs == pruned[0]["epoch"] + 1 == pruned[0]["verdict_epoch"] + 1  # stopped right after it
+            assert "pruner" in pruned[0]["reason"]
             assert t.metric == pytest.approx(t.history[-1]["val_loss"])
-            assert [e["epoch"] for e in run.read_events() if e["event"] == "pruned"] == [stop["epoch"]]
         else:
-            assert t.status == FINISHED and t.epochs == epochs and stop is None
+            assert t.status == FINISHED and t.epochs == epochs and not pruned
     best = next(t for t in result.trials if t.number == result.best_number)
     assert best.status == FINISHED and result.best_metric == min(t.metric for t in result.trials
                                                                  if t.status == FINISHED)

@@ -141,27 +141,56 @@ def test_single_mode_parallel_trials_register_best_and_log_run_tree(spark, datas
 
 
 @pytest.mark.torch
-def test_distributed_mode_two_workers_per_trial(spark, dataset, tmp_path):
+def test_distributed_trials_run_on_one_reused_gang(spark, dataset, tmp_path, monkeypatch, caplog, tune_tracking_uri):
+    """One barrier stage runs every trial; a trial that fails on every rank ends that trial, not the gang; each
+    trial leaves what a barrier stage of its own did (run folder, model, MLflow child run, the registered best)."""
+    from mlflow import MlflowClient
+
+    from sparktrain.data.run_store import RunStore
     from sparktrain.train.model import TorchModel
 
-    cfg = _cfg(tmp_path, train={"num_workers": 2}, tune={
-        "mode": "distributed", "max_trials": 3, "parallelism": 2, "algo": "random",
-        "space": {"learning_rate": {"loguniform": [3.0e-3, 3.0e-2]}, "dropout": {"uniform": [0.0, 0.3]}}})
-    result = run_search(spark, cfg, dataset)
-    assert all(t.status == FINISHED for t in result.trials), format_trials(result)
-    assert len(result.trials) == 3
+    monkeypatch.setenv("SPARKTRAIN_FAULT_INJECT", "*:1:0:raise")  # every rank raises in a 2-epoch trial's 2nd epoch
+    cfg = _cfg(tmp_path, experiment="gang", tracking=True, train={"num_workers": 2, "seed": 2}, tune={
+        "mode": "distributed", "max_trials": 4, "parallelism": 2, "algo": "random",  # seed 2: epochs 1, 2, 1, 1
+        "space": {"learning_rate": {"loguniform": [3.0e-3, 3.0e-2]}, "dropout": {"uniform": [0.0, 0.3]},
+                  "epochs": {"choice": [1, 2]}}})
+    with caplog.at_level("INFO", logger="sparktrain.train.gang"):
+        result = run_search(spark, cfg, dataset, tracking_uri=tune_tracking_uri)
+    assert len(result.trials) == 4
     assert result.concurrency == 1  # local[2] has 2 slots: one 2-worker trial at a time
-    groups = {t.job_group for t in result.trials}
-    assert len(groups) == 3
+    assert [t.params["epochs"] for t in result.trials] == [1, 2, 1, 1], format_trials(result)
     for t in result.trials:
-        jobs = _group_jobs(spark, t.job_group)
-        assert jobs and all(j.status == "SUCCEEDED" for j in jobs)
-        assert len({s for j in jobs for s in j.stageIds}) >= 1
-        assert 0 < t.metric < math.log(2)
+        if t.params["epochs"] == 2:
+            assert t.status == FAILED and "injected failure on rank" in t.error, format_trials(result)
+        else:
+            assert t.status == FINISHED and math.isfinite(t.metric) and t.epochs == 1, format_trials(result)
+    gangs = [r.getMessage() for r in caplog.records if "a barrier stage of 2 task(s)" in r.getMessage()]
+    assert len(gangs) == 1, gangs  # the failures did not cost a new stage
+    gang = gangs[0].split()[1].rstrip(":")
+    jobs = _group_jobs(spark, f"sparktrain-gang-{gang}")
+    assert jobs and all(j.status == "SUCCEEDED" for j in jobs)  # the gang's stage ran all the trials, ended cleanly
+    prefix = next(iter(result.trials)).job_group.rsplit("-trial-", 1)[0]
+    for t in result.trials:  # each trial's run is what a fit leaves: its own folder, its model, its log
+        run = RunStore(str(tmp_path / "store"), f"{prefix}-t{t.number:03d}")
+        events = [e["event"] for e in run.read_events()]
+        assert events[0] == "started" and events.count("started") == 1
+        if t.status == FINISHED:
+            assert run.read_network()[1]["history"][-1]["val_loss"] == pytest.approx(t.metric)
     assert isinstance(result.best_model, TorchModel)
     assert _network_spec(result.best_model)["dropout"] == pytest.approx(result.best_params["dropout"])
     assert result.best_model.history[-1]["val_loss"] == pytest.approx(result.best_metric)
-    assert result.parent_run_id is None  # tracking disabled: nothing logged
+    client = MlflowClient(tune_tracking_uri)
+    children = {r.data.tags["sparktrain.trial"]: r for r in _child_runs(client, result.parent_run_id)}
+    assert sorted(children) == ["1", "2", "3", "4"]
+    for t in result.trials:
+        run = children[str(t.number)]
+        assert run.info.run_id == t.run_id and run.data.tags["sparktrain.status"] == t.status
+        assert run.info.status == ("FINISHED" if t.status == FINISHED else "FAILED")
+        if t.status == FINISHED:
+            assert run.data.metrics["val_loss"] == pytest.approx(t.metric)
+    best = next(t for t in result.trials if t.number == result.best_number)
+    champion = client.get_model_version_by_alias("gang-model", "champion")
+    assert champion.run_id == best.run_id and "model" in [f.path for f in client.list_artifacts(best.run_id)]
 
 
 def test_failed_trials_are_recorded_and_the_search_goes_on(spark, tmp_path, tune_tracking_uri):

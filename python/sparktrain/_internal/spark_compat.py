@@ -194,6 +194,38 @@ def cancel_group(spark, group: str) -> None:
         spark.sparkContext.cancelJobGroup(group)
 
 
+def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[str]:
+    """What Spark's status tracker says about ``partition``'s task in ``group``'s newest stage of ``num_tasks`` tasks.
+
+    ``RUNNING``, ``SUCCESS``, ``FAILED``, ``KILLED``, ... of the task's newest
+    attempt in the stage's current attempt; ``None`` when Spark cannot say
+    (under Connect there is no status tracker on the client).
+    """
+    if is_connect(spark):
+        return None
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    stages = set()
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        if info is not None:
+            stages.update(info.stageIds)
+    store = sc._jsc.sc().statusStore()  # AppStatusStore: per-task status (fed with or without the UI)
+    for stage in sorted(stages, reverse=True):
+        sinfo = tracker.getStageInfo(stage)
+        if sinfo is None or sinfo.numTasks != num_tasks:
+            continue
+        tasks = store.taskList(stage, sinfo.currentAttemptId, 1 << 20)
+        newest = None
+        for i in range(tasks.size()):
+            t = tasks.apply(i)
+            if t.index() == partition and (newest is None or t.attempt() >= newest.attempt()):
+                newest = t
+        if newest is not None:
+            return str(newest.status())
+    return None
+
+
 # -- versions: the pyspark, Python and Java sparktrain runs on, and what differs between Spark lines ---------
 
 #: pyspark releases sparktrain supports: at least SPARK_MIN, below SPARK_BELOW.

@@ -13,14 +13,14 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import TrainingError, TrainingStalledError
 from sparktrain.train._executor.spec import WorkerSpec
 from sparktrain.train._executor.task import ERROR_MARKER, RESULT_SCHEMA, make_task
-from sparktrain.train.progress import ProgressServer, TrainingCallback
+from sparktrain.train.progress import ProgressServer, RequestHandler, TrainingCallback, connection_cap
 from sparktrain.train.resources import training_profile
 from sparktrain.train.watchdog import StallWatchdog
 
@@ -76,15 +76,16 @@ class ElasticPolicy:
     min_workers: int
 
 
-def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True
-           ) -> LaunchResult:
+def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), show_bar: bool = True,
+           handlers: Optional[Mapping[str, RequestHandler]] = None) -> LaunchResult:
     """Train with ``spec.num_workers`` barrier tasks; raise :class:`TrainingError` on failure.
 
     Spark retries a failed barrier stage on the same number of workers (up to
     ``spark.task.maxFailures``); every retry resumes from the last checkpoint.
     With ``spec.failure.elastic``, a failure after which fewer slots are free
     than ``num_workers`` (an executor lost) continues on the free slots, if at
-    least ``min_workers``, from the same checkpoint.
+    least ``min_workers``, from the same checkpoint.  ``handlers`` answer the ranks' requests on the
+    progress channel (a search's pruning verdicts: ``{"verdict": handler}``).
     """
     t0 = time.perf_counter()
     log_every_s = spec.logging.log_every_s
@@ -96,7 +97,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
         can_relaunch = elastic is not None and relaunches < budget
         try:
             result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s,
-                                  elastic if can_relaunch else None)
+                                  elastic if can_relaunch else None, handlers or {})
             result.world_sizes = sizes
             return result
         except TrainingStalledError:
@@ -183,11 +184,17 @@ class _SlotMonitor:
 
 
 def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback], show_bar: bool,
-                 t0: float, log_every_s: float = 30.0, elastic: Optional[ElasticPolicy] = None) -> LaunchResult:
+                 t0: float, log_every_s: float = 30.0, elastic: Optional[ElasticPolicy] = None,
+                 handlers: Optional[Mapping[str, RequestHandler]] = None) -> LaunchResult:
     first = _FirstStep()
     host = spark_compat.driver_host(spark)
+    per_rank = 2 if spec.backend == "mwms" else 1  # a Keras MWMS rank reports from its task and its child
     server = ProgressServer(host, [first, *callbacks], epochs=spec.optim.epochs, show_bar=show_bar,
-                            log_every_s=log_every_s) if host else None
+                            log_every_s=log_every_s,
+                            max_connections=connection_cap(spec.num_workers, per_rank)) if host else None
+    for op, handler in (handlers or {}).items():
+        if server is not None:
+            server.on_request(op, handler)
     group = spark_compat.current_group(spark)
     own_group = group is None
     group = group or f"sparktrain-{spec.run_id}-{uuid.uuid4().hex[:8]}"
@@ -196,8 +203,10 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
     try:
         if server is not None:
             spec = replace(spec, progress_address=server.address, token=server.token)
+            n_tasks = spec.num_workers
             watchdog = StallWatchdog(spec.num_workers, spec.failure.stall_timeout_s,
-                                     on_stall=lambda info: spark_compat.cancel_group(spark, group))
+                                     on_stall=lambda info: spark_compat.cancel_group(spark, group),
+                                     task_state=lambda rank: spark_compat.task_state(spark, group, rank, n_tasks))
             server.listeners.append(watchdog)
         spec = replace(spec, failure=replace(spec.failure, max_attempts=spark_compat.task_max_failures(spark)),
                        launch_id=uuid.uuid4().hex[:12])

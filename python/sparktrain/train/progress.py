@@ -15,13 +15,23 @@ What a person sees depends on where stderr goes:
   seconds with the step, samples/s and loss.
 
 The server is reachable by anything on the driver's network, so it guards
-itself: a line longer than ``max_line_bytes`` or a connection beyond
-``max_connections`` is dropped with a log line, and events without the
-launch's token are ignored.
+itself (the protocol: :mod:`sparktrain.train._executor.channel`):
+
+- a connection must send the launch's token on its first line within
+  ``HELLO_S`` seconds (compared in constant time), or it is dropped;
+- a connection that sends nothing for ``read_timeout_s`` is closed (workers
+  ping when idle), and a line longer than ``max_line_bytes`` drops it;
+- at most ``max_connections`` are open at once, sized from the number of ranks
+  (``2 x ranks + 16``: a reconnect may briefly overlap its dead connection);
+  a worker that is refused reconnects with backoff.
+
+Workers may also ask the driver (a ``request`` line); :meth:`ProgressServer.on_request`
+registers what answers each operation, on the same connection.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import secrets
@@ -29,17 +39,31 @@ import socket
 import sys
 import threading
 import time
-from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from sparktrain.train._executor.channel import HELLO_S, READ_TIMEOUT_S, token_ok
+from sparktrain.train._progress_view import ProgressView
 
 log = logging.getLogger(__name__)
 
 #: Longest accepted event line.  A rank-0 step or epoch event is a few hundred bytes;
 #: an error event carries a traceback (a few KiB).
 MAX_LINE_BYTES = 1 << 20
-#: Concurrent worker connections (one per rank, plus reconnects after a retried attempt).
-MAX_CONNECTIONS = 256
+#: Spare connections over ``2 x ranks`` (a retried attempt's or a reconnect's overlap, the odd client).
+SPARE_CONNECTIONS = 16
+#: Seconds between two acknowledgements of step lines (other numbered lines are acknowledged at once; heartbeats
+#: and pings carry no number: a heartbeat only matters while it is the newest).
+ACK_EVERY_S = 0.2
 #: Default seconds between two step log lines when no bar is drawn.
 LOG_EVERY_S = 30.0
+
+#: ``handler(request, reply)``: answer a worker's request now or later (``reply(value)``, once).
+RequestHandler = Callable[[Dict[str, Any], Callable[[Any], None]], None]
+
+
+def connection_cap(ranks: int, per_rank: int = 1) -> int:
+    """Connections the server accepts for ``ranks`` worker tasks of ``per_rank`` processes each."""
+    return 2 * max(1, int(ranks)) * max(1, int(per_rank)) + SPARE_CONNECTIONS
 
 
 class TrainingCallback(Protocol):
@@ -50,13 +74,6 @@ class TrainingCallback(Protocol):
 
     def on_epoch(self, epoch: int, metrics: Dict[str, float]) -> None:
         """Metrics at the end of an epoch (train and validation)."""
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
 
 
 class ProgressServer:
@@ -79,46 +96,58 @@ class ProgressServer:
         step event).
     stream : file-like, optional
         Where the bar is drawn (default ``sys.stderr``).
-    max_line_bytes, max_connections : int
-        Caps on one event line and on concurrent connections.
+    ranks : int
+        Worker processes expected (sizes the connection cap).
+    max_line_bytes : int
+        Cap on one line.
+    max_connections : int, optional
+        Cap on open connections (default :func:`connection_cap` of ``ranks``).
+    read_timeout_s, hello_s : float
+        Seconds a connection may stay silent, and has for its hello line.
     clock : callable, optional
         Monotonic clock (tests).
     """
 
     def __init__(self, host: str, callbacks: Sequence[TrainingCallback] = (), epochs: int = 1,
                  show_bar: bool = True, log_every_s: float = LOG_EVERY_S, stream: Optional[IO[str]] = None,
-                 max_line_bytes: int = MAX_LINE_BYTES, max_connections: int = MAX_CONNECTIONS,
+                 ranks: int = 1, max_line_bytes: int = MAX_LINE_BYTES, max_connections: Optional[int] = None,
+                 read_timeout_s: float = READ_TIMEOUT_S, hello_s: float = HELLO_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if log_every_s < 0:
             raise ValueError(f"log_every_s == {log_every_s}, must be >= 0 (seconds between progress log lines)")
+        max_connections = connection_cap(ranks) if max_connections is None else max_connections
         if max_line_bytes < 1 or max_connections < 1:
             raise ValueError(f"max_line_bytes == {max_line_bytes}, max_connections == {max_connections}: "
                              "both must be >= 1")
+        if read_timeout_s <= 0 or hello_s <= 0:
+            raise ValueError(f"read_timeout_s == {read_timeout_s}, hello_s == {hello_s}: both must be >= 0.001")
         self.host = host
-        self.token = secrets.token_hex(8)
+        self.token = secrets.token_hex(16)
         self.callbacks = list(callbacks)
         self.devices: Dict[int, Dict[str, Any]] = {}  # rank -> its "device" event (addresses, device)
         self.listeners: List[Callable[[Dict[str, Any]], None]] = []  # see every event (the stall watchdog)
         self.errors: List[Dict[str, Any]] = []
         self.epochs_seen: Dict[int, Dict[str, float]] = {}
-        self.dropped_connections = 0
+        self.dropped_connections = 0  # over the cap
+        self.rejected_connections = 0  # no, a wrong or a late token
+        self.idle_closed = 0  # silent past read_timeout_s
+        self.accepted_connections = 0  # said hello with the token
+        self._handlers: Dict[str, RequestHandler] = {}
+        self._refuse_until = 0.0
+        self._last_n: Dict[str, int] = {}  # client -> the last line number processed (acknowledged)
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, 0))
-        self._sock.listen(64)
+        self._sock.listen(max(128, min(int(max_connections), 4096)))
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._conns: List[socket.socket] = []
-        self._bar: Any = None
-        self._epochs = epochs
-        self._stream: IO[str] = stream if stream is not None else sys.stderr
-        self._draw_bar = show_bar and _isatty(self._stream)
-        self._log_steps = show_bar and not self._draw_bar
-        self._log_every_s = float(log_every_s)
+        self._clients: Dict[str, Tuple[Optional[socket.socket], int]] = {}  # client -> newest connection, attempt
+        self.view = ProgressView(epochs, show_bar, log_every_s, stream if stream is not None else sys.stderr, clock)
         self._max_line = int(max_line_bytes)
         self._max_conns = int(max_connections)
-        self._clock = clock
-        self._last_log = clock()
+        self._read_timeout = float(read_timeout_s)
+        self._hello_s = float(hello_s)
         self._thread = threading.Thread(target=self._accept_loop, name="sparktrain-progress", daemon=True)
         self._thread.start()
 
@@ -130,7 +159,17 @@ class ProgressServer:
     @property
     def draws_bar(self) -> bool:
         """Whether progress is drawn as a tqdm bar (a TTY) rather than logged."""
-        return self._draw_bar
+        return self.view.draws_bar
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._conns)
+
+    def on_request(self, op: str, handler: RequestHandler) -> None:
+        """Answer the workers' ``op`` requests with ``handler(request, reply)`` (called on a connection's thread;
+        it must not block: keep ``reply`` and call it later when the answer is not known yet)."""
+        self._handlers[op] = handler
 
     def _accept_loop(self) -> None:
         while not self._closed.is_set():
@@ -145,17 +184,74 @@ class ProgressServer:
                 else:
                     self.dropped_connections += 1
             if full:
-                log.warning("progress server: dropping a connection from %s: already %d open (the limit)",
-                            _peer(peer), self._max_conns)
+                log.warning("progress server: dropping a connection from %s: already %d open (the limit); the "
+                            "worker reconnects", _peer(peer), self._max_conns)
                 _close(conn)
                 continue
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
+    def _hello(self, conn: socket.socket, lines: Any, peer: Any) -> Optional[Dict[str, Any]]:
+        """The first line, with the token, within ``hello_s``; None (and the connection is dropped) otherwise."""
+        conn.settimeout(self._hello_s)
+        try:
+            line = lines.readline(self._max_line + 1)
+            hello = json.loads(line) if line else None
+        except (OSError, ValueError, UnicodeDecodeError):
+            hello = None
+        if time.monotonic() < self._refuse_until:  # a simulated network cut (drop_connections)
+            return None
+        if not isinstance(hello, dict) or "hello" not in hello or not token_ok(hello.get("token"), self.token):
+            with self._lock:
+                self.rejected_connections += 1
+            log.warning("progress server: dropping a connection from %s: %s", _peer(peer),
+                        "no hello line within %g s" % self._hello_s if not isinstance(hello, dict)
+                        else "its first line has no valid token")
+            return None
+        conn.settimeout(self._read_timeout)
+        client = str(hello.get("client", ""))
+        attempt = hello["attempt"] if isinstance(hello.get("attempt"), int) else 0
+        with self._lock:
+            older = self._clients.get(client) if client else None
+            if older is not None and older[1] > attempt:  # a hello the worker gave up on, read late
+                return None
+            self.accepted_connections += 1
+            if client:
+                self._clients[client] = (conn, attempt)
+        if older is not None and older[0] is not None and older[0] is not conn:  # a reconnect: the old one is dead
+            _close(older[0])
+        return hello
+
+    def _seen(self, client: str, n: Any) -> bool:
+        """Whether line ``n`` of ``client`` was processed already (re-sent after a reconnect); records it."""
+        if not isinstance(n, int) or not client:
+            return False
+        with self._lock:
+            if n <= self._last_n.get(client, 0):
+                return True
+            self._last_n[client] = n
+            return False
+
     def _serve(self, conn: socket.socket, peer: Any) -> None:
+        client = ""
         try:
             with conn.makefile("rb") as lines:
+                hello = self._hello(conn, lines, peer)
+                if hello is None:
+                    return
+                client = str(hello.get("client", ""))
+                reply = _Replier(conn)
+                with self._lock:
+                    reply.line({"hello": "ok", "ack": self._last_n.get(client, 0)})  # what it need not send again
+                acked_at = 0.0
                 while True:  # drained to EOF even after close(): the last epoch event may still be queued
-                    line = lines.readline(self._max_line + 1)
+                    try:
+                        line = lines.readline(self._max_line + 1)
+                    except socket.timeout:
+                        with self._lock:
+                            self.idle_closed += 1
+                        log.warning("progress server: closing the connection of rank %s (%s): silent for %.0f s",
+                                    hello.get("rank"), hello.get("host"), self._read_timeout)
+                        return
                     if not line:
                         return
                     if len(line) > self._max_line and not line.endswith(b"\n"):
@@ -166,24 +262,48 @@ class ProgressServer:
                         event = json.loads(line)
                     except (ValueError, UnicodeDecodeError):
                         continue
-                    if not isinstance(event, dict):
+                    if not isinstance(event, dict) or self._seen(client, event.get("n")):
                         continue
-                    if event.get("token") != self.token:
-                        log.warning("ignoring a progress event with a wrong token from %s", event.get("host"))
-                        continue
+                    kind = event.get("type")
+                    if kind == "request":
+                        self._request(event, reply)
                     self._handle(event)
+                    now = time.monotonic()
+                    if kind == "ping" or ("n" in event and (kind != "step" or now - acked_at >= ACK_EVERY_S)):
+                        acked_at = now
+                        with self._lock:
+                            last = self._last_n.get(client, 0)
+                        reply.line({"ack": last})
         except OSError:
             return
         finally:
             with self._lock:
                 if conn in self._conns:
                     self._conns.remove(conn)
+                newest = self._clients.get(client) if client else None
+                if newest is not None and newest[0] is conn:  # keep its attempt: a stale hello stays refused
+                    self._clients[client] = (None, newest[1])
             _close(conn)
+
+    def _request(self, event: Dict[str, Any], reply: "_Replier") -> None:
+        handler = self._handlers.get(str(event.get("op")))
+        rid = event.get("id")
+        answer = functools.partial(reply.send, rid)
+        if handler is None:
+            answer({"error": f"unknown request {event.get('op')!r}"})
+            return
+        try:
+            handler(event, answer)
+        except Exception as exc:  # noqa: BLE001 - the worker gets the error, the server goes on
+            log.exception("progress server: the %r handler failed", event.get("op"))
+            answer({"error": f"{type(exc).__name__}: {exc}"})
 
     def _handle(self, event: Dict[str, Any]) -> None:
         kind = event.get("type")
-        for listener in self.listeners:
+        for listener in list(self.listeners):
             _safe(listener, event)
+        if kind in ("ping", "request", "heartbeat"):
+            return
         if kind == "world_size":
             log.info("world size %s -> %s at epoch %s step %s (per-rank batch %s)", event.get("old"),
                      event.get("new"), event.get("epoch"), event.get("step"), event.get("batch_size"))
@@ -205,52 +325,27 @@ class ProgressServer:
                 return
             metrics = event.get("metrics", {})
             if kind == "step":
-                self._show_step(event, metrics)
+                self.view.step(event, metrics)
                 for cb in self.callbacks:
                     _safe(cb.on_step, event["epoch"], event["step"], metrics)
             elif kind == "epoch":
                 self.epochs_seen[event["epoch"]] = metrics
-                if self._bar is not None:
-                    self._bar.set_postfix({k: round(v, 4) for k, v in metrics.items()
-                                           if k in ("train_loss", "val_loss", "val_auc")})
-                    self._bar.close()
-                    self._bar = None
-                summary = "  ".join(f"{k}={v:.4g}" for k, v in metrics.items())
-                log.info("epoch %d/%d  %s", event["epoch"] + 1, event.get("epochs", self._epochs), summary)
-                self._last_log = self._clock()
+                self.view.epoch(event, metrics)
                 for cb in self.callbacks:
                     _safe(cb.on_epoch, event["epoch"], metrics)
 
-    def _show_step(self, event: Dict[str, Any], metrics: Dict[str, Any]) -> None:
-        if self._draw_bar:
-            self._update_bar(event, metrics)
-        elif self._log_steps:
-            now = self._clock()
-            if now - self._last_log >= self._log_every_s:
-                self._last_log = now
-                steps = event.get("steps")
-                log.info("epoch %d/%d  step %d%s  %.0f samples/s  loss=%.4g%s", event["epoch"] + 1,
-                         event.get("epochs", self._epochs), event["step"], f"/{steps}" if steps else "",
-                         float(metrics.get("samples_per_s", 0.0)), float(metrics.get("loss", float("nan"))),
-                         f"  workers={event['world_size']}" if event.get("world_size") else "")
+    def drop_connections(self, refuse_s: float = 0.0) -> int:
+        """Close every open connection and refuse hellos for ``refuse_s`` seconds: a network cut of that length.
 
-    def _update_bar(self, event: Dict[str, Any], metrics: Dict[str, Any]) -> None:
-        try:
-            from tqdm import tqdm
-        except ImportError:  # pragma: no cover
-            return
-        step = int(event["step"])
-        if self._bar is None:
-            # initial=step: tqdm's rate is (n - initial) / elapsed, so the first update does not count
-            # the steps run before the bar opened (that was "1115506 step/s").
-            self._bar = tqdm(total=event.get("steps"), initial=step, unit="step", file=self._stream,
-                             desc=f"epoch {event['epoch'] + 1}/{self._epochs}"
-                                  + (f" x{event['world_size']}" if event.get("world_size") else ""),
-                             leave=False, dynamic_ncols=True)
-        else:
-            self._bar.update(max(step - self._bar.n, 0))
-        self._bar.set_postfix(loss=round(float(metrics.get("loss", float("nan"))), 4),
-                              sps=int(metrics.get("samples_per_s", 0)), refresh=True)
+        For fault tests (``tests/``, ``bench/faults.py``); the workers reconnect with backoff.  Returns how many
+        connections were closed.
+        """
+        with self._lock:
+            conns = list(self._conns)
+            self._refuse_until = time.monotonic() + refuse_s
+        for conn in conns:
+            _close(conn)
+        return len(conns)
 
     def first_error(self) -> Optional[Dict[str, Any]]:
         with self._lock:
@@ -263,15 +358,32 @@ class ProgressServer:
             self._sock.close()
         finally:
             with self._lock:
-                if self._bar is not None:
-                    self._bar.close()
-                    self._bar = None
+                self.view.close()
 
     def __enter__(self) -> "ProgressServer":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class _Replier:
+    """Writes replies on one connection (several threads may answer: a lock per connection)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+
+    def send(self, rid: Any, value: Any) -> None:
+        self.line({"reply": rid, "value": value})
+
+    def line(self, body: Dict[str, Any]) -> None:
+        line = (json.dumps(body, default=float) + "\n").encode()
+        with self.lock:
+            try:
+                self.conn.sendall(line)
+            except OSError:  # the worker re-sends its request after reconnecting
+                pass
 
 
 def _peer(peer: Any) -> str:

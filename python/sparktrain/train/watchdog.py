@@ -13,6 +13,14 @@ lost process), it:
 3. cancels the barrier stage's job group, so the fit returns within a few
    seconds and raises :class:`~sparktrain.errors.TrainingStalledError`.
 
+A rank that went *silent* (no event at all) is checked with Spark before it
+is blamed: ``task_state(rank)`` asks Spark's status tracker about the rank's
+task.  A task Spark reports finished is not stalled (its rank is done); one
+Spark reports failed is Spark's to retry; one Spark reports running while its
+rank says nothing has probably lost its progress channel (the worker
+reconnects with backoff), so it gets a second ``timeout`` before the fit is
+stopped, and the error says what Spark reported.
+
 While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
 ``timeout / 4`` seconds (at least 10 s).  Before its first step a rank gets
 ``max(timeout, 120 s)`` to start (Python worker, framework import, rendezvous).
@@ -37,8 +45,12 @@ class StallWatchdog:
     """Watch ``num_workers`` ranks; call ``on_stall(info)`` once when one stalls."""
 
     def __init__(self, num_workers: int, timeout: float, on_stall: Callable[[Dict[str, Any]], None],
-                 poll: float = 0.5) -> None:
+                 poll: float = 0.5, task_state: Optional[Callable[[int], Optional[str]]] = None,
+                 run: Optional[str] = None) -> None:
         self.num_workers, self.timeout, self.on_stall = num_workers, float(timeout), on_stall
+        self.task_state = task_state
+        self.run = run  # listen to this run's events only (a shared channel)
+        self.asked: Dict[int, str] = {}  # rank -> what Spark said about its task when it went silent
         self.started = time.time()
         self.ranks: Dict[int, Dict[str, Any]] = {}
         self.stalled: Optional[Dict[str, Any]] = None
@@ -52,7 +64,7 @@ class StallWatchdog:
     def __call__(self, event: Dict[str, Any]) -> None:
         """A progress-channel listener: every event of a rank is a sign of life, steps are progress."""
         rank = event.get("rank")
-        if not isinstance(rank, int):
+        if not isinstance(rank, int) or (self.run is not None and event.get("run", self.run) != self.run):
             return
         now = time.time()
         with self._lock:
@@ -81,7 +93,7 @@ class StallWatchdog:
             ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
         limits = {r: self.timeout if s.get("step") else max(self.timeout, STARTUP_S) for r, s in states.items()}
         self._warn(states, ages, now)
-        overdue = [r for r, a in ages.items() if a >= limits[r]]
+        overdue = [r for r, a in ages.items() if a >= limits[r] and self._blame(r, silent[r], ages[r], limits[r])]
         if not overdue:
             return None
         outside = [r for r in overdue if states[r].get("phase") not in _COLLECTIVE_PHASES]
@@ -89,7 +101,32 @@ class StallWatchdog:
         s = states[culprit]
         return {"rank": culprit, "host": s.get("host"), "epoch": s.get("epoch"), "step": s.get("step"),
                 "phase": s.get("phase"), "seconds": round(ages[culprit], 1),
-                "silent": silent[culprit], "detected_at": now, "progress_at": s["progress"]}
+                "silent": silent[culprit], "detected_at": now, "progress_at": s["progress"],
+                "spark_task": self.asked.get(culprit)}
+
+    def _blame(self, rank: int, silent: bool, age: float, limit: float) -> bool:
+        """Whether an overdue ``rank`` is stalled; a silent one only after asking Spark about its task."""
+        if not silent or self.task_state is None:
+            return True
+        try:
+            state = self.task_state(rank)
+        except Exception as exc:  # noqa: BLE001 - the tracker is advisory
+            log.debug("status tracker: %s", exc)
+            state = None
+        first = rank not in self.asked
+        self.asked[rank] = state or "unknown"
+        if state in ("SUCCESS", "FAILED", "KILLED"):
+            if first:
+                log.warning("rank %d is silent, and Spark reports its task %s: %s", rank, state,
+                            "it finished" if state == "SUCCESS" else "Spark retries or fails the stage")
+            return False
+        if state == "RUNNING" and age < 2 * limit:
+            if first:
+                log.warning("rank %d has sent nothing for %.0f s, but Spark reports its task running: its progress "
+                            "channel may be cut (it reconnects); stopping the fit at %.0f s if it stays silent", rank,
+                            age, 2 * limit)
+            return False
+        return True
 
     def _warn(self, states: Dict[int, Dict[str, Any]], ages: Dict[int, float], now: float) -> None:
         every = max(10.0, self.timeout / 4)

@@ -49,11 +49,16 @@ def train_local(spec: WorkerSpec) -> Dict[str, Any]:
     checkpointer = Checkpointer(spec.store, spec.run_id)
     # a retried task (its Python worker died) resumes from the trial's last checkpoint: count the earlier starts
     attempt = sum(1 for e in checkpointer.events() if e.get("event") in ("started", "resumed"))
+    # a search's trial reports to the search's channel (pruning verdicts, heartbeats); a plain one to nobody
+    reporter = Reporter(spec.progress_address, 0, host, spec.token, run=spec.run_id)
     ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux,
-                        attempt=attempt, checkpointer=checkpointer, reporter=Reporter(None, 0, host))
+                        attempt=attempt, checkpointer=checkpointer, reporter=reporter)
     from sparktrain.train._executor.task import train_rank
 
-    result = train_rank(spec, ctx, [{"host": host, "port": None, "aux": aux}])
+    try:
+        result = train_rank(spec, ctx, [{"host": host, "port": None, "aux": aux}])
+    finally:
+        reporter.close()
     return {"history": result.get("history", []), "model_bytes": result.get("model_bytes")}
 
 

@@ -8,7 +8,12 @@ continues it.  Two modes (``tune.mode``):
 * ``single``: every trial trains a one-worker model inside one Spark task,
   ``parallelism`` trials at a time, each its own tiny Spark job;
 * ``distributed``: every trial is a barrier-mode training run of
-  ``train.num_workers`` workers, as many trials at once as the slots allow.
+  ``train.num_workers`` workers on a reused gang (one barrier stage that
+  runs trial after trial), as many trials at once as the slots allow.
+
+Trials report their epochs, and a pruner's verdicts go back, over the
+search's progress channel (:mod:`sparktrain.tune._channel`; the store under
+Spark Connect).
 
 Exports are resolved lazily: executors import :mod:`sparktrain.tune._trial`
 and must not pay for (or depend on) Hyperopt, Optuna, MLflow or the driver modules.

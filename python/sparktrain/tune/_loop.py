@@ -10,15 +10,15 @@ pruning and early stopping::
     while trials remain and not stopped:
         fill free slots: ask the engine for a point -> launch it in a thread, in its own job group
         wait for the first result, the nearest deadline or (pruning) the next poll
-        pruning: report each running trial's new epochs (from its event log in the store) to the
-                 engine, and write its verdict into the trial's run folder (a stop ends it after that epoch)
+        pruning: report each running trial's new epochs (its rank 0's verdict requests on the progress
+                 channel, or its event log in the store) to the engine, and answer each with the verdict
+                 (a stop ends the trial after that epoch)
         tell the engine each result; cancel the job group of every trial past its deadline
 
-The epochs come from the run's event log in the store and the verdicts go back
-through the store (:meth:`~sparktrain.data.run_store.RunStore.write_verdict`),
-so pruning needs no socket from the executors to the driver and works over
-Spark Connect.  A trial the engine pruned ends cleanly after that epoch and is
-recorded ``PRUNED``.
+The epochs and the verdicts go through the search's progress channel
+(:mod:`sparktrain.tune._channel`); where there is none (Spark Connect), through
+the trial's run folder in the store.  A trial the engine pruned ends cleanly
+after that epoch and is recorded ``PRUNED``.
 
 A trial past ``timeout_s`` has its job group cancelled (again every second
 until its thread returns, in case a job started after the first cancel) and is
@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
+from sparktrain.tune._channel import Watch
 from sparktrain.tune._engines import Engine, HyperoptEngine
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
 from sparktrain.tune.space import CompiledSpace
@@ -62,16 +63,9 @@ class TrialOutcome:
 
 
 #: ``runner(number, params)`` runs one trial; it is called in a pool thread already inside the trial's job group.
-#: A runner that trains may also have ``watch(number, params) -> Watch`` (what pruning reads and writes).
+#: A runner that trains may also have ``watch(number, params) -> Watch`` (what pruning reads and writes),
+#: ``cancel(number)`` (stop a timed-out trial whose work is not in its job group: a reused gang) and ``close()``.
 Runner = Callable[[int, Dict[str, Any]], TrialOutcome]
-
-
-@dataclass
-class Watch:
-    """Where a training trial's epochs appear and its verdicts go: its run folder, and its planned epochs."""
-
-    run: Any  # sparktrain.data.run_store.RunStore
-    epochs: int
 
 
 @dataclass
@@ -206,21 +200,21 @@ class SearchLoop:
         return max(0.01, min(waits)) if waits else None
 
     # ---- pruning ---------------------------------------------------------------------------------------------
-    def _poll_epochs(self, trial: _Running, final: bool = False) -> None:
-        """Report the trial's newly finished epochs to the engine; write its verdict on each.
+    def _poll_epochs(self, trial: _Running, final: bool = False,
+                     history: Optional[List[Dict[str, Any]]] = None) -> None:
+        """Report the trial's newly finished epochs to the engine; give its verdict on each.
 
-        ``final``: the trial ended; its last epochs still go to the engine (a
-        pruner ranks trials by what each reported), but no verdict is written.
+        ``final``: the trial ended (``history``: its epochs as the outcome holds them); its last
+        epochs still go to the engine (a pruner ranks trials by what each reported), but no verdict
+        is given.
         """
         watch = trial.watch
         if watch is None or (trial.pruned_at is not None and not final):
             return
-        try:
-            events = watch.run.read_events()
-        except (OSError, ValueError) as exc:  # a half-visible log on an eventually consistent store: next poll
-            log.debug("trial %d: event log not readable yet: %s", trial.number, exc)
-            return
-        epochs = {int(e["epoch"]): e.get("metrics") or {} for e in events if e.get("event") == "epoch_finished"}
+        epochs = watch.finished_epochs()
+        for row in history or ():
+            if isinstance(row, dict) and "epoch" in row:
+                epochs.setdefault(int(row["epoch"]), row)
         for epoch in sorted(set(epochs) - set(trial.reported)):
             value = epochs[epoch].get(self.metric)
             if not isinstance(value, (int, float)):
@@ -232,7 +226,7 @@ class SearchLoop:
             reason = (f"{self.engine.name} pruner: {self.metric} = {value:.5g} after epoch {epoch + 1}"
                       if stop else "")
             try:
-                watch.run.write_verdict(epoch, stop, reason)
+                watch.verdict(epoch, stop, reason)
             except OSError as exc:  # the rank trains on after its bounded wait
                 log.warning("trial %d: could not write the verdict after epoch %d: %s", trial.number, epoch, exc)
                 continue
@@ -251,12 +245,13 @@ class SearchLoop:
                     log.warning("trial %d exceeded tune.trial_timeout_s = %gs: cancelling Spark job group %s",
                                 trial.number, self.timeout_s, trial.group)
                 spark_compat.cancel_group(self.spark, trial.group)
+                cancel = getattr(self.runner, "cancel", None)
+                if cancel is not None:
+                    cancel(trial.number)
                 trial.cancelled_at = now
 
     def _finish(self, trial: _Running, fut: Future) -> None:
         seconds = time.time() - trial.started
-        if self.pruning:
-            self._poll_epochs(trial, final=True)
         outcome: Optional[TrialOutcome] = None
         status, metric, error, tb = FINISHED, None, None, None
         try:
@@ -266,6 +261,11 @@ class SearchLoop:
 
             error, tb = _first_line(exc), "".join(_tb.format_exception(exc))
             status = FAILED
+        if self.pruning:
+            self._poll_epochs(trial, final=True, history=list(outcome.history) if outcome else None)
+            release = getattr(self.runner, "release", None)
+            if release is not None:
+                release(trial.number)
         if trial.cancelled_at is not None and (outcome is None or outcome.error is not None):
             status = KILLED
             error = (f"timed out after {self.timeout_s:g} s (tune.trial_timeout_s); Spark job group "

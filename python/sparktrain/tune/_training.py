@@ -9,9 +9,14 @@
   launch, as ``fit`` runs them, with the trial's spec).
 
 Both run in a pool thread that is already inside the trial's Spark job group.
-When the search prunes, each trial's :class:`~sparktrain.train.worker.WorkerSpec`
-carries ``prune_wait_s`` (rank 0 then waits after each epoch for the driver's
-verdict in the run's folder), and :meth:`watch` tells the loop where that folder is.
+The search's progress channel (:mod:`sparktrain.tune._channel`, classic Spark)
+carries what a trial tells the driver and back: rank 0's epoch metrics and the
+pruner's verdicts (each trial's :class:`~sparktrain.train.worker.WorkerSpec`
+then carries ``prune_wait_s`` and the channel's address), and the distributed
+trials of a :class:`~sparktrain.train.gang.GangPool`: one barrier stage per
+trial that runs at once, reused trial after trial.  Without a channel (Spark
+Connect), verdicts go through the trial's run folder and each distributed
+trial is a barrier stage of its own.
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ from typing import Any, Callable, Dict, Optional
 
 from sparktrain.config import JobConfig, TrainConfig
 from sparktrain.errors import ConfigError
-from sparktrain.tune._loop import TrialOutcome, Watch
+from sparktrain.tune._channel import SearchChannel, StoreWatch, Watch
+from sparktrain.tune._loop import TrialOutcome
 from sparktrain.tune._trial import RESULT_SCHEMA, make_trial_task, train_single
 
 log = logging.getLogger(__name__)
 
 #: how long rank 0 waits for the driver's verdict after an epoch (the driver polls every 0.1 s)
 PRUNE_WAIT_S = 10.0
+#: distributed trials on reused gangs (False: a barrier stage per trial, as before; bench/tune.py's baseline)
+REUSE_GANGS = True
 
 
 def run_task(spark, call: Callable[[], Any], metric: str = "loss") -> TrialOutcome:
@@ -72,6 +80,7 @@ class _TrainingPlan:
             raise ConfigError("train", None, "tuning needs a train: section to start from")
         self.cfg, self.dataset_path, self.prefix = cfg, os.fspath(dataset_path), prefix
         self.pruning = pruning
+        self.channel: Optional[SearchChannel] = None  # set by the search (classic Spark)
         self.label = cfg.data.label
         base = self.plan({}, f"{prefix}-plan")
         self.train_path, self.val_path, self.inputs = base.train_path, base.val_path, base.inputs
@@ -97,19 +106,32 @@ class _TrainingPlan:
         return replace(plan, spec=self.trial_spec(replace(plan.spec.with_workers(1), progress_address=None)))
 
     def trial_spec(self, spec: Any) -> Any:
-        """``spec`` with the pruning hook switched on when the search prunes."""
-        return replace(spec, prune_wait_s=PRUNE_WAIT_S) if self.pruning else spec
+        """``spec`` with the pruning hook switched on when the search prunes, reporting to the search's channel."""
+        if not self.pruning:
+            return spec
+        spec = replace(spec, prune_wait_s=PRUNE_WAIT_S)
+        if self.channel is not None:
+            spec = replace(spec, progress_address=self.channel.address, token=self.channel.token)
+        return spec
 
     def run_id(self, number: int) -> str:
         """Trial ``number``'s run id (its folder in the store)."""
         return f"{self.prefix}-t{number:03d}"
 
     def watch(self, number: int, params: Dict[str, Any]) -> Watch:
-        """Where trial ``number`` logs its epochs (the run's folder) and how many it plans."""
+        """How trial ``number``'s epochs reach the search and its verdicts go back, and how many epochs it plans."""
         from sparktrain.data.run_store import RunStore
 
         epochs = int(params.get("epochs", self.cfg.train.epochs if self.cfg.train else 1))
-        return Watch(RunStore(self.cfg.train.store if self.cfg.train else "work/store", self.run_id(number)), epochs)
+        if self.channel is not None:
+            return self.channel.watch(self.run_id(number), epochs)
+        return StoreWatch(RunStore(self.cfg.train.store if self.cfg.train else "work/store", self.run_id(number)),
+                          epochs)
+
+    def release(self, number: int) -> None:
+        """Trial ``number`` ended: forget its watch."""
+        if self.channel is not None:
+            self.channel.release(self.run_id(number))
 
     def single_spec(self, params: Dict[str, Any], run_id: str):
         """A ``world_size = 1`` WorkerSpec."""
@@ -136,6 +158,9 @@ class SingleTaskRunner:
     def watch(self, number: int, params: Dict[str, Any]) -> Watch:
         return self.plan.watch(number, params)
 
+    def release(self, number: int) -> None:
+        self.plan.release(number)
+
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train.plan import record_run
 
@@ -148,13 +173,31 @@ class SingleTaskRunner:
 
 
 class DistributedRunner:
-    """``tune.mode: distributed``: each trial is a barrier-mode fit of ``train.num_workers`` workers."""
+    """``tune.mode: distributed``: each trial is a barrier-mode fit of ``train.num_workers`` workers.
+
+    With the search's channel the trials run on reused gangs (:class:`~sparktrain.train.gang.GangPool`,
+    one per trial at once); without one (Spark Connect), or for a backend a gang cannot reuse
+    (Horovod, Keras MWMS, elastic runs), each trial launches its own barrier stage as ``fit`` does.
+    """
 
     def __init__(self, spark, plan: _TrainingPlan) -> None:
+        from sparktrain.train.gang import GangPool, can_reuse
+
         self.spark, self.plan = spark, plan
+        self.gangs: Optional[GangPool] = None
+        self._running: Dict[int, Any] = {}  # trial number -> its gang
+        base = plan.plan({}, f"{plan.prefix}-gang").spec
+        reusable, why = can_reuse(base)
+        if plan.channel is not None and reusable and REUSE_GANGS:
+            self.gangs = GangPool(spark, plan.channel.server, base.num_workers, base.scaling.gpus_per_worker)
+        elif plan.channel is not None:
+            log.info("distributed trials: one barrier stage per trial (%s)", why)
 
     def watch(self, number: int, params: Dict[str, Any]) -> Watch:
         return self.plan.watch(number, params)
+
+    def release(self, number: int) -> None:
+        self.plan.release(number)
 
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train import plan as plan_mod
@@ -166,17 +209,43 @@ class DistributedRunner:
         plan = est.plan(self.plan.dataset_path)  # what est.fit runs, with the trial's spec
         spec = self.plan.trial_spec(plan.spec)
         try:
-            preflight.run_all(self.spark, spec)
+            if self.gangs is None:  # a gang's slots are held: the search's preflight covered them
+                preflight.run_all(self.spark, spec)
             plan_mod.record_run(plan)
         except BaseException:
             plan_mod.discard(spec.store, plan.run_id)
             raise
-        result = launch(self.spark, spec, show_bar=False)
+        t_plan = time.perf_counter() - t0
+        if self.gangs is None:
+            handlers = {}
+            if self.plan.channel is not None:  # this launch's own server answers the verdicts
+                handlers["verdict"] = self.plan.channel.on_verdict
+            result = launch(self.spark, spec, show_bar=False, handlers=handlers)
+        else:
+            gang = self._running[number] = self.gangs.acquire()
+            try:
+                result = gang.run(spec)
+            finally:
+                self._running.pop(number, None)
+                self.gangs.release(gang)
+        t_run = time.perf_counter() - t0
         model = est.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result
         history = list(model.history)
+        log.debug("trial %d: plan and record %.3f s, training %.3f s, model %.3f s", number, t_plan, t_run - t_plan,
+                  time.perf_counter() - t0 - t_run)
         last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
         return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0)
+
+    def cancel(self, number: int) -> None:
+        """A timed-out trial: cancel its gang's stage (its job group holds no job of the trial's)."""
+        gang = self._running.get(number)
+        if gang is not None:
+            gang.kill(f"trial {number} timed out")
+
+    def close(self) -> None:
+        if self.gangs is not None:
+            self.gangs.close()
 
 
 class _LazyModel:

@@ -4,7 +4,8 @@
 model from the materialized Parquet (by path), ``tune.parallelism`` trials at
 a time, each its own small Spark job in its own job group.  ``tune.mode:
 distributed`` runs each trial as a barrier-mode fit of ``train.num_workers``
-workers, as many trials at once as the slots allow.  Both feed the engine
+workers on a reused gang (one barrier stage that runs trial after trial,
+:mod:`sparktrain.train.gang`), as many trials at once as the slots allow, a gang each.  Both feed the engine
 (``tune.engine``: Hyperopt TPE/random, or an Optuna study with TPE, random or
 CMA-ES) result by result, prune trials from their per-epoch metrics
 (``tune.pruner``, Optuna), stop early after ``tune.early_stop_trials``
@@ -35,6 +36,7 @@ from sparktrain._internal import spark_compat
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError, TuneError
 from sparktrain.features.load import Embedded
+from sparktrain.tune._channel import open_channel
 from sparktrain.tune._engines import check_pruning, check_sampler, make_engine
 from sparktrain.tune._loop import Listener, SearchLoop
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, SearchResult, TrialRecord, format_trials, goal_of
@@ -106,6 +108,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         tracker = TrialTracker(cfg, tracking_uri=tracking_uri, parent_run_id=parent_run_id)
     t0 = time.perf_counter()
     failed = True
+    runner: Any = None
     try:
         runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
         engine = make_engine(space, cfg, goal, seed=(cfg.train.seed if cfg.train else 0), dataset_path=dataset_path,
@@ -118,7 +121,10 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
                           concurrency=concurrency, early_stop_trials=tune.early_stop_trials,
                           timeout_s=tune.trial_timeout_s, listener=tracker or Listener(), prefix=prefix,
                           engine=engine)
-        records = _with_run_ids(loop.run(), tracker)
+        try:
+            records = _with_run_ids(loop.run(), tracker)
+        finally:
+            _close_runner(runner)  # the gangs end, the channel closes
         if loop.best is None:
             raise TuneError(_all_failed_message(records))
         best_record, best_outcome = loop.best
@@ -149,8 +155,18 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         failed = False
         return result
     finally:
+        _close_runner(runner)
         if tracker is not None:
             tracker.close(failed=failed)
+
+
+def _close_runner(runner: Any) -> None:
+    close = getattr(runner, "close", None)
+    if close is not None:
+        close()
+    channel = getattr(getattr(runner, "plan", None), "channel", None)
+    if channel is not None:
+        channel.close()
 
 
 def tune_stage(spark, cfg: JobConfig, dataset_path: str, parent_run_id: Optional[str] = None,
@@ -184,10 +200,19 @@ def _make_runner(spark, cfg: JobConfig, dataset_path: Optional[str], objective: 
     plan = _TrainingPlan(spark, cfg, dataset_path, prefix, pruning=tune.engine == "optuna" and tune.pruner != "none")
     if tune.mode == "single":
         plan.preflight(spark, 1)
-        return SingleTaskRunner(spark, plan), _capped(tune.parallelism, slots, 1)
+        concurrency = _capped(tune.parallelism, slots, 1)
+        if plan.pruning:  # rank 0 of each trial asks the search for its verdicts
+            plan.channel = open_channel(spark, concurrency)
+        return SingleTaskRunner(spark, plan), concurrency
     workers = cfg.train.num_workers  # type: ignore[union-attr]  # _TrainingPlan checked it
     plan.preflight(spark, workers)  # slots >= num_workers, no dynamic allocation, framework, dataset
-    return DistributedRunner(spark, plan), _capped(tune.parallelism, slots, workers)
+    concurrency = _capped(tune.parallelism, slots, workers)
+    plan.channel = open_channel(spark, concurrency * workers)  # the gangs' trials, the verdicts
+    try:
+        return DistributedRunner(spark, plan), concurrency
+    except BaseException:
+        plan.channel.close() if plan.channel is not None else None
+        raise
 
 
 def _capped(parallelism: int, slots: int, per_trial: int) -> int:

@@ -36,13 +36,17 @@ def init_process_group(ctx: WorkerContext, stall_timeout_s: float, backend: str 
 
     import torch.distributed as dist
 
+    if ctx.keep_group and dist.is_initialized() and dist.get_world_size() == ctx.world_size:
+        return  # a reused gang's group, still whole (the gang re-creates it after a failed trial)
+
     dist.init_process_group(backend, store=ctx.make_store(), rank=ctx.rank, world_size=ctx.world_size,
                             timeout=timedelta(seconds=collective_timeout(stall_timeout_s)))
 
 
-def shutdown_process_group(world_size: int) -> None:
+def shutdown_process_group(world_size: int, keep: bool = False) -> None:
     """``barrier()``, a pause, then ``destroy_process_group()``: without it rank 0 may abort at exit.
 
+    With ``keep`` (a reused gang) the group stays for the next trial, after the barrier.
     The pause lets gloo's threads destroy their finished work objects first.
     A barrier's work holds the collectives still queued when it was issued,
     and freeing their tensors takes the GIL; ``~ProcessGroupGloo`` joins those
@@ -58,6 +62,8 @@ def shutdown_process_group(world_size: int) -> None:
     import torch.distributed as dist
 
     dist.barrier()
+    if keep:  # a reused gang keeps its group for the next trial: every rank has left this one
+        return
     time.sleep(_SETTLE_S)  # releases the GIL
     dist.destroy_process_group()
 
@@ -110,3 +116,4 @@ class Collectives:
         self._buffers[(-buf.numel(), str(buf.dtype))] = buf  # kept alive with the others (see the class docstring)
         dist.broadcast(buf, src=root)
         return buf.numpy().copy().reshape(np.shape(vec))
+

@@ -30,6 +30,7 @@ class WorkerContext:
     local_size: int = 1
     listen_sock: Optional[socket.socket] = None
     gpu_addresses: List[str] = field(default_factory=list)
+    keep_group: bool = False  # a reused gang: the process group outlives the run (see collectives)
 
     def make_store(self):
         """The rendezvous TCPStore; rank 0's server listens on its own address only."""
@@ -39,7 +40,7 @@ class WorkerContext:
 
 
 def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int, micro: Optional[int] = None) -> None:
-    """Test hook: ``SPARKTRAIN_FAULT_INJECT=rank:epoch:step[:kind]`` fails that rank there.
+    """Test hook: ``SPARKTRAIN_FAULT_INJECT=rank:epoch:step[:kind]`` fails that rank (``*``: every rank) there.
 
     ``kind`` is ``exit`` (``os._exit(3)``: a crashed worker, only on the
     stage's first attempt, so a retried stage succeeds), ``raise`` (a Python
@@ -52,15 +53,15 @@ def maybe_inject_fault(ctx: WorkerContext, epoch: int, step: int, micro: Optiona
     if not spec:
         return
     parts = spec.split(":")
-    rank, f_epoch, f_step = int(parts[0]), int(parts[1]), int(parts[2])
+    rank, f_epoch, f_step = (-1 if parts[0] == "*" else int(parts[0])), int(parts[1]), int(parts[2])
     kind = parts[3] if len(parts) > 3 else "exit"
     if kind in ("exit", "micro") and ctx.attempt != 0:
         return
     if (kind == "micro") != (micro is not None) or (micro is not None and micro != 1):
         return
-    if (rank, f_epoch, f_step) == (ctx.rank, epoch, step):
+    if (rank if parts[0] != "*" else ctx.rank, f_epoch, f_step) == (ctx.rank, epoch, step):
         if kind == "raise":
-            raise ValueError(f"injected failure on rank {rank} at epoch {epoch} step {step}")
+            raise ValueError(f"injected failure on rank {ctx.rank} at epoch {epoch} step {step}")
         if kind == "hang":
             import time
             time.sleep(10 ** 6)

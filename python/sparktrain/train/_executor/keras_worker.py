@@ -228,7 +228,7 @@ class KerasAdapter(Adapter):
         return h.hexdigest()
 
     def close(self) -> None:
-        shutdown_process_group(self.ctx.world_size)
+        shutdown_process_group(self.ctx.world_size, keep=self.ctx.keep_group)
 
 
 class MwmsAdapter(KerasAdapter):
@@ -363,7 +363,7 @@ def main(argv: List[str]) -> int:
     with open(args_path, "rb") as fh:
         args = pickle.load(fh)
     spec: WorkerSpec = args["spec"]
-    reporter = Reporter(spec.progress_address, args["rank"], args["host"], spec.token)
+    reporter = Reporter(spec.progress_address, args["rank"], args["host"], spec.token, run=spec.run_id)
     fd = args.get("listen_fd")
     ctx = WorkerContext(rank=args["rank"], world_size=args["world_size"], host=args["host"],
                         master_host=args.get("master_host", ""), master_port=int(args.get("master_port") or 0),

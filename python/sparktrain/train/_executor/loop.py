@@ -192,6 +192,12 @@ class Loop:
 
     def run(self, adapter: Adapter) -> Dict[str, Any]:
         """Train the rest of the run; ``{"history", "param_digest"[, "model_bytes" on rank 0]}``."""
+        try:
+            return self._train(adapter)
+        finally:
+            self.close()  # the heartbeat stops with the run, a failed one too (a reused gang trains on)
+
+    def _train(self, adapter: Adapter) -> Dict[str, Any]:
         spec, ctx, task = self.spec, self.ctx, self.spec.inputs.task
         history = self.resume.history
         adapter.setup(self)

@@ -46,7 +46,7 @@ def make_task(spec: WorkerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
         for key in [k for k in os.environ if k.startswith("SPARKTRAIN_") and k not in spec.env]:
             del os.environ[key]
         os.environ.update(spec.env)
-        reporter = Reporter(spec.progress_address, rank, host, spec.token)
+        reporter = Reporter(spec.progress_address, rank, host, spec.token, run=spec.run_id)
         checkpointer = Checkpointer(spec.store, spec.run_id, spec.launch_id)
         # PySpark's TaskContext has no stage attempt number: count earlier launches in the run's log
         # (read before allGather; rank 0 logs this launch only after it).

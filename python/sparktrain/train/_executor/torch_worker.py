@@ -223,7 +223,7 @@ class TorchAdapter(Adapter):
 
     def close(self) -> None:
         """``barrier()`` then ``destroy_process_group()``: without it rank 0 may abort at exit."""
-        shutdown_process_group(self.ctx.world_size)
+        shutdown_process_group(self.ctx.world_size, keep=self.ctx.keep_group)
         del self.net  # DDP's reducer owns the process group: it goes here, while coll's buffers are still alive
         del self.coll
 

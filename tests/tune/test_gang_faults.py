@@ -1,0 +1,76 @@
+"""A reused gang under faults, on local[2,2] (a failed barrier stage is retried once), in its own process:
+a dead rank's trial resumes on the retried stage; a hung trial is cut off at its timeout and the next trial
+gets a new gang."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # ~70 s: a session of its own and three searches
+
+_SCRIPT = r'''
+import json, os, sys
+sys.path.insert(0, {python!r})
+from pyspark.sql import functions as F
+from sparktrain.config import parse_config
+from sparktrain.data.manifest import write_parquet
+from sparktrain.data.run_store import RunStore
+from sparktrain.session import get_or_create_session
+from sparktrain.tune.search import run_search
+
+spark = get_or_create_session("local[2,2]", conf={{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}})
+root = {root!r}
+df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
+                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
+df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
+write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
+write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+
+def search(name, fault, **tune):
+    os.environ["SPARKTRAIN_FAULT_INJECT"] = fault
+    cfg = parse_config({{"data": {{"label": "label"}}, "tracking": {{"enabled": False}},
+        "train": {{"epochs": 1, "batch_size": 512, "num_workers": 2, "store": root + "/store", "seed": 2,
+                  "checkpoint_every_steps": 2, "stall_timeout_s": 120}},
+        "tune": {{"mode": "distributed", "max_trials": 4, "parallelism": 1, "algo": "random",
+                 "space": {{"learning_rate": {{"loguniform": [1.0e-3, 3.0e-2]}}, "epochs": {{"choice": [1, 2]}}}},
+                 **tune}}}})
+    result = run_search(spark, cfg, root + "/ds")
+    prefix = result.trials[0].job_group.rsplit("-trial-", 1)[0]
+    out = []
+    for t in result.trials:
+        events = RunStore(root + "/store", f"{{prefix}}-t{{t.number:03d}}").read_events()
+        out.append({{"number": t.number, "status": t.status, "epochs": t.params["epochs"], "ran": t.epochs,
+                    "error": t.error, "starts": [(e["event"], e.get("attempt")) for e in events
+                                                 if e["event"] in ("started", "resumed")]}})
+    print("RESULT", name, json.dumps(out), flush=True)
+
+search("warm", "")  # the Python workers import torch once
+search("dead", "1:1:3:exit")  # rank 1's worker dies in epoch 2 of a 2-epoch trial (first attempt only)
+search("hang", "1:1:3:hang", trial_timeout_s=20)  # rank 1 blocks for good in epoch 2 of a 2-epoch trial
+'''
+
+
+def test_a_dead_rank_resumes_its_trial_and_a_hung_trial_is_killed(tmp_path):
+    script = _SCRIPT.format(python=str(REPO / "python"), root=str(tmp_path))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1200,
+                          check=False)
+    results = {line.split()[1]: json.loads(line.split(" ", 2)[2]) for line in proc.stdout.splitlines()
+               if line.startswith("RESULT ")}
+    assert set(results) == {"warm", "dead", "hang"}, proc.stdout[-3000:] + proc.stderr[-6000:]
+    # seed 2 draws epochs 1, 2, 1, 1: trial 2 is the one the fault hits
+    assert [t["epochs"] for t in results["dead"]] == [1, 2, 1, 1]
+    dead = {t["number"]: t for t in results["dead"]}
+    assert all(t["status"] == "FINISHED" for t in dead.values()), dead
+    assert dead[2]["ran"] == 2 and dead[2]["starts"] == [["started", 0], ["resumed", 1]]  # the retried stage
+    hang = {t["number"]: t for t in results["hang"]}
+    assert hang[2]["status"] == "KILLED" and "timed out after 20 s" in hang[2]["error"], hang
+    assert "gang" in hang[2]["error"]
+    assert hang[3]["status"] == hang[4]["status"] == "FINISHED"  # on a new gang
