@@ -353,3 +353,33 @@ def test_a_silent_rank_is_blamed_only_after_asking_spark():
         assert "Spark reports its task still running" in str(TrainingStalledError(info, 10.0))
     finally:
         dog.close()
+
+
+def test_a_rank_waiting_in_a_collective_on_a_silent_running_peer_waits_with_it():
+    """Rank 0's channel is cut (silent, Spark says running); rank 1 is connected but stuck in the collective that
+    waits for rank 0: it is not the culprit while rank 0 is excused, and both are blamed at twice the timeout."""
+    from sparktrain.train.watchdog import StallWatchdog
+
+    dog = StallWatchdog(2, timeout=5.0, on_stall=lambda info: None, poll=3600, task_state=lambda rank: "RUNNING")
+    try:
+        t0 = dog.started
+        for rank in range(2):
+            dog({"type": "step", "rank": rank, "host": f"h{rank}", "epoch": 3, "step": 338})
+            dog.ranks[rank].update(seen=t0, progress=t0)
+        dog.ranks[1].update(seen=t0 + 8, phase="collective")  # rank 1 is heard from, waiting in allreduce
+        assert dog.check(now=t0 + 8) is None
+        info = dog.check(now=t0 + 10.5)
+        assert info is not None and info["rank"] == 0 and info["spark_task"] == "RUNNING"  # rank 0 outside it
+    finally:
+        dog.close()
+    lone = StallWatchdog(2, timeout=5.0, on_stall=lambda info: None, poll=3600, task_state=lambda rank: "RUNNING")
+    try:
+        t0 = lone.started
+        for rank in range(2):
+            lone({"type": "step", "rank": rank, "host": f"h{rank}", "epoch": 3, "step": 338})
+            lone.ranks[rank].update(seen=t0 + 6, progress=t0)  # both heard from: nobody silent, nobody excused
+        lone.ranks[1].update(phase="collective")
+        info = lone.check(now=t0 + 6)
+        assert info is not None and info["rank"] == 0  # the one outside the collective, at the timeout
+    finally:
+        lone.close()

@@ -13,7 +13,7 @@ Failures, as a separate barrier stage per trial handled them:
 * a trial that raises ends that trial (its error comes back as its result),
   not the gang;
 * a rank that dies fails the stage; Spark retries it (``spark.task.maxFailures``)
-  and the new tasks get the trial in flight, which resumes from its last
+  and the new tasks get the running trial, which resumes from its last
   checkpoint.  When Spark gives up, the trial fails with the root cause and
   the pool launches a new gang for the next trial;
 * a stalled trial (the stall watchdog, per trial) and a trial past its
@@ -116,7 +116,7 @@ class Gang:
                 df = spark_compat.map_in_arrow_barrier(self.spark.range(0, self.n, 1, numPartitions=self.n), task,
                                                        GANG_SCHEMA, self._profile).repartition(1)
                 df.collect()  # see launcher: the shuffle makes the barrier stage retryable
-        except BaseException as exc:  # noqa: BLE001 - kept for the trial in flight
+        except BaseException as exc:  # noqa: BLE001 - kept for the running trial
             self.error = exc
         finally:
             with self._cond:
@@ -146,7 +146,7 @@ class Gang:
             answer(value)
 
     def _dispatch(self) -> List[Tuple[Callable[[Any], None], Any]]:
-        """The trial in flight to every rank, once all ``n`` ask for it, with one plan for the process group.
+        """The current trial to every rank, once all ``n`` ask for it, with one plan for the process group.
 
         The kept group is reused when every rank reports the same whole group; otherwise (the first
         trial, a failed one, a retried stage) it is rebuilt from rank 0's fresh port.  Called with the lock.
@@ -262,7 +262,7 @@ class Gang:
                                      for r in missing)
 
     def kill(self, why: str) -> None:
-        """Cancel the gang's stage (a stalled or timed-out trial); the trial in flight fails."""
+        """Cancel the gang's stage (a stalled or timed-out trial); the running trial fails."""
         if self.killed is None:
             self.killed = why
             log.warning("gang %s: cancelling its barrier stage (%s)", self.id, why)

@@ -129,7 +129,7 @@ class ProgressServer:
         self.errors: List[Dict[str, Any]] = []
         self.epochs_seen: Dict[int, Dict[str, float]] = {}
         self.dropped_connections = 0  # over the cap
-        self.rejected_connections = 0  # no, a wrong or a late token
+        self.rejected_connections = 0  # no, a wrong or a stale token
         self.idle_closed = 0  # silent past read_timeout_s
         self.accepted_connections = 0  # said hello with the token
         self._handlers: Dict[str, RequestHandler] = {}
@@ -212,7 +212,7 @@ class ProgressServer:
         attempt = hello["attempt"] if isinstance(hello.get("attempt"), int) else 0
         with self._lock:
             older = self._clients.get(client) if client else None
-            if older is not None and older[1] > attempt:  # a hello the worker gave up on, read late
+            if older is not None and older[1] > attempt:  # a hello the worker gave up on, read afterwards
                 return None
             self.accepted_connections += 1
             if client:

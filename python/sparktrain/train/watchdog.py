@@ -19,7 +19,8 @@ task.  A task Spark reports finished is not stalled (its rank is done); one
 Spark reports failed is Spark's to retry; one Spark reports running while its
 rank says nothing has probably lost its progress channel (the worker
 reconnects with backoff), so it gets a second ``timeout`` before the fit is
-stopped, and the error says what Spark reported.
+stopped, and the error says what Spark reported.  Its peers waiting for it in
+a collective get the same second ``timeout``: they are not the culprit.
 
 While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
 ``timeout / 4`` seconds (at least 10 s).  Before its first step a rank gets
@@ -93,7 +94,11 @@ class StallWatchdog:
             ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
         limits = {r: self.timeout if s.get("step") else max(self.timeout, STARTUP_S) for r, s in states.items()}
         self._warn(states, ages, now)
-        overdue = [r for r, a in ages.items() if a >= limits[r] and self._blame(r, silent[r], ages[r], limits[r])]
+        excused = [r for r, a in ages.items() if a >= limits[r] and not self._blame(r, silent[r], a, limits[r])]
+        overdue = [r for r, a in ages.items() if a >= limits[r] and r not in excused]
+        if excused:  # a rank that waits in a collective on a peer Spark reports running waits with it
+            overdue = [r for r in overdue
+                       if states[r].get("phase") not in _COLLECTIVE_PHASES or ages[r] >= 2 * limits[r]]
         if not overdue:
             return None
         outside = [r for r in overdue if states[r].get("phase") not in _COLLECTIVE_PHASES]

@@ -92,7 +92,7 @@ class ChannelWatch:
         with self._lock:
             self._verdicts[epoch] = body
             if stop and self._stop is None:
-                self._stop = body  # any later question gets this answer (a stop seen late)
+                self._stop = body  # any later question gets this answer (a stop seen after the fact)
             waiting = self._waiting.pop(epoch, [])
         for reply in waiting:
             reply(body)

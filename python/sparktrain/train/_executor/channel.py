@@ -6,7 +6,7 @@ JSON lines over one TCP connection per worker process, opened by the worker:
    ``{"hello": 2, "token": T, "client": C, "rank": r, "host": h}``.  The driver
    compares ``T`` with the launch's token in constant time
    (:func:`hmac.compare_digest`) and drops the connection on a wrong, missing or
-   late token.  ``C`` names the worker process: a reconnect replaces the
+   stale token.  ``C`` names the worker process: a reconnect replaces the
    client's older connection.
 2. **events** (worker -> driver), one a line: ``{"type": "step" | "epoch" |
    "heartbeat" | "device" | "error" | "world_size" | "ping", "rank", "host",

@@ -24,8 +24,8 @@ a collective, those peers cannot be freed (gloo gives up a dead peer only at
 its collective timeout, and keeps its sockets until the process exits), so the
 driver cancels the gang after a short grace and the next trial gets a new one.
 A dead rank fails the barrier stage; Spark retries the stage and the new
-tasks ask again with no result, so the driver hands them the trial in
-flight, which resumes from its last checkpoint.
+tasks ask again with no result, so the driver hands them the trial
+that was running, which resumes from its last checkpoint.
 
 Executor side: it imports nothing of the driver.
 """

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 BUFFER_EVENTS = 10_000
 #: the longest wait between two reconnection attempts
 MAX_BACKOFF_S = 2.0
-#: seconds close() waits for the driver to acknowledge what is buffered (connected), and when it is out of reach
+#: seconds close() waits for the driver to acknowledge what is buffered: once reached, and never reached
 CLOSE_FLUSH_S, CLOSE_FLUSH_OFFLINE_S = 10.0, 1.0
 
 _STEP = b'{"type": "step"'
@@ -89,6 +89,7 @@ class Reporter:
         self._closed = False
         self._sock: Optional[socket.socket] = None
         self._hello_ok = threading.Event()
+        self._reached = False  # the driver took a hello once: a cut at close() is waited out, not given up on
         self._attempt = 0
         self._thread: Optional[threading.Thread] = None
         if address:
@@ -160,7 +161,8 @@ class Reporter:
         """Deliver what is buffered (bounded wait), then close the connection and stop the sender thread."""
         if self._thread is None:
             return
-        self.flush(CLOSE_FLUSH_S if self._hello_ok.is_set() else CLOSE_FLUSH_OFFLINE_S)
+        # A driver that was reached once is alive (a cut heals, the reconnect loop keeps trying): wait for it.
+        self.flush(CLOSE_FLUSH_S if self._reached else CLOSE_FLUSH_OFFLINE_S)
         with self._cond:
             self._closed = True
             lost = len(self._queue) + len(self._unacked)
@@ -347,6 +349,7 @@ class Reporter:
                 self._acked(msg["ack"])
             if msg.get("hello") == "ok":
                 self._hello_ok.set()
+                self._reached = True
             if "reply" in msg:
                 req = self._pending.get(msg["reply"]) if isinstance(msg["reply"], int) else None
                 if req is not None and not req.done.is_set():
