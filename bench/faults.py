@@ -54,6 +54,13 @@ INTERVAL = 10
 EPOCHS = 5
 
 
+def _store_events(store: Path) -> List[List[Dict[str, Any]]]:
+    """Every run's event log in a local store (one object per event: ``<run>/checkpoints/events/``)."""
+    from sparktrain.data.run_store import RunStore
+
+    return [RunStore(str(store), d.parent.parent.name).read_events() for d in store.glob("*/checkpoints/events")]
+
+
 def _dataset(spark, root: Path) -> str:
     from pyspark.sql import functions as F
 
@@ -176,9 +183,8 @@ def _outage(spark, raw: str, base: Path) -> Dict[str, Any]:
 
     def killer() -> None:
         while not killed:
-            for log in store.glob("*/checkpoints/log.jsonl"):
-                if any(json.loads(x).get("event") == "epoch_finished" and json.loads(x).get("epoch") == 1
-                       for x in log.read_text().splitlines() if x.strip()):
+            for events in _store_events(store):
+                if any(e.get("event") == "epoch_finished" and e.get("epoch") == 1 for e in events):
                     server.stop(timeout=5)
                     killed["at"] = time.time()
                     return
@@ -190,8 +196,7 @@ def _outage(spark, raw: str, base: Path) -> Dict[str, Any]:
         return {"row": "tracking server killed", "outcome": "no error (!)", "lost": True, "silent_hang": False}
     except TrackingError as exc:
         raised = time.time()
-        ends = [json.loads(x) for log in store.glob("*/checkpoints/log.jsonl") for x in log.read_text().splitlines()
-                if x.strip()]
+        ends = [e for events in _store_events(store) for e in events]
         trained = max(e["time"] for e in ends if e.get("event") == "epoch_finished")
         folder = str(exc).split("the store at ")[1].split(". ")[0]
         return {"row": "tracking server killed", "fault_to_error_s": round(raised - killed["at"], 1),

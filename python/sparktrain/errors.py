@@ -80,6 +80,37 @@ class DatasetNotFoundError(SparktrainError, FileNotFoundError):
     """A dataset path does not exist."""
 
 
+class StoreWriteError(SparktrainError, OSError):
+    """A file of the training store could not be written (a full disk, no permission, the store unreachable).
+
+    The write went to a temporary name first, which was removed: what was at
+    ``path`` before (the previous checkpoint, the previous model) is unchanged.
+
+    Parameters
+    ----------
+    path : str
+        The file that was being written.
+    cause : OSError
+        What the filesystem raised.
+    """
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        self.path = path
+        self.errno_ = getattr(cause, "errno", None)
+        super().__init__(
+            f"could not write '{path}' ({type(cause).__name__}: {cause}); nothing was half written and the "
+            f"previous file there is unchanged. Fix: free space on the store (or fewer keepCheckpoints), check "
+            f"its permissions, or point store (train.store) at another place; then fit again with the same runId "
+            f"to resume")
+
+    def __str__(self) -> str:  # OSError would otherwise format (errno, strerror)
+        return str(self.args[0])
+
+
+class CorruptObjectError(SparktrainError, ValueError):
+    """A checkpoint or a stored network is truncated or not sparktrain's format (names the path and the fix)."""
+
+
 class PreflightError(SparktrainError, RuntimeError):
     """A driver-side check failed before any compute was launched."""
 

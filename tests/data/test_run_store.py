@@ -6,8 +6,12 @@ No Spark: plain pyarrow filesystems.
 from __future__ import annotations
 
 import ast
+import errno
 import json
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from sparktrain.data.run_store import RUN_FILE, RunStore, Store
 
@@ -49,23 +53,137 @@ def test_checkpointer_writes_where_run_store_reads(tmp_path):
     store = str(tmp_path / "store")
     ck = Checkpointer(store, "r", launch_id="L1")
     for seq in (1, 2, 3):
-        ck.save(seq, f"state {seq}".encode())
+        ck.save(seq, {"seq": seq, "rng": [1, 2.5, None]}, f"state {seq}".encode())
     Store(store).write_bytes("r/checkpoints/.tmp-dying", b"half")  # a killed writer's leftover: never listed
     ck.log_event("started", epoch=0)
+    ck.log_event("epoch_finished", epoch=0)
     ck.record_failure(0, 1, {"message": "boom", "rank": 1})
     ck.write_model(b"net", {"launch": "L1"})
     run = RunStore(store, "r")
     assert [seq for seq, _ in run.checkpoints()] == [1, 2, 3] == [seq for seq, _ in ck.checkpoints()]
-    assert ck.load(ck.latest()[1]) == b"state 3"
+    assert ck.load(ck.latest()[1]) == ({"seq": 3, "rng": [1, 2.5, None]}, b"state 3")
+    assert ck.load_latest() == (3, {"seq": 3, "rng": [1, 2.5, None]}, b"state 3") and ck.skipped == []
     assert ck.prune(keep=1, best=1) == [2] and [s for s, _ in run.checkpoints()] == [1, 3]
-    assert [e["event"] for e in run.read_events()] == ["started"] and ck.events(this_launch=True)[0]["epoch"] == 0
+    assert [e["event"] for e in run.read_events()] == ["started", "epoch_finished"]
+    assert ck.events(this_launch=True)[0]["epoch"] == 0
     assert [f["message"] for f in run.read_failures("L1-")] == ["boom"] and ck.failures()[0]["attempt"] == 0
     assert Checkpointer(store, "r", launch_id="L2").failures() == []  # failures of another fit() call
     assert run.read_network() == (b"net", {"launch": "L1"}) == ck.read_model()
     files = sorted(p.relative_to(tmp_path / "store" / "r").as_posix() for p in (tmp_path / "store" / "r").rglob("*")
-                   if p.is_file() and not p.name.startswith(".tmp"))
-    assert files == ["checkpoints/ckpt-000001.ckpt", "checkpoints/ckpt-000003.ckpt", "checkpoints/log.jsonl",
-                     "failures/L1-attempt-0000-rank-0001.json", "model/network/model.bin", "model/network/spec.json"]
+                   if p.is_file() and not p.name.startswith(".tmp") and "/events/" not in p.as_posix())
+    assert files == ["checkpoints/ckpt-000001.ckpt", "checkpoints/ckpt-000003.ckpt",
+                     "failures/L1-attempt-0000-rank-0001.json", "model/network.ckpt"]
+    assert len(list((tmp_path / "store" / "r" / "checkpoints" / "events").glob("*.json"))) == 2
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(tmp_path, caplog):
+    from sparktrain.errors import CorruptObjectError
+    from sparktrain.train._executor.checkpoint import Checkpointer
+
+    ck = Checkpointer(str(tmp_path), "r")
+    for seq in (4, 5):
+        ck.save(seq, {"epoch": seq}, bytes(range(200)) * 10)
+    newest = tmp_path / "r" / "checkpoints" / "ckpt-000005.ckpt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # a torn write
+    with caplog.at_level("WARNING", logger="sparktrain.train._executor.checkpoint"):
+        seq, meta, state = ck.load_latest()
+    assert (seq, meta, state) == (4, {"epoch": 4}, bytes(range(200)) * 10) and ck.skipped == [5]
+    assert "checkpoint 5 is unreadable" in caplog.text and "ckpt-000005.ckpt" in caplog.text
+    flipped = bytearray((tmp_path / "r" / "checkpoints" / "ckpt-000004.ckpt").read_bytes())
+    flipped[-40] ^= 1  # one bit of the state altered: the digest says so
+    (tmp_path / "r" / "checkpoints" / "ckpt-000004.ckpt").write_bytes(bytes(flipped))
+    with pytest.raises(CorruptObjectError, match=r"none of its 2 checkpoints .* SHA-256 .* new runId"):
+        ck.load_latest()  # never a silent fresh start over a run that has checkpoints
+
+
+class _FullDisk:
+    """A pyarrow filesystem whose output streams raise ENOSPC after ``room`` bytes (a full disk)."""
+
+    def __init__(self, fs, room: int) -> None:
+        self._fs, self.room = fs, room
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def open_output_stream(self, path):
+        return _FillingStream(self._fs.open_output_stream(path), self)
+
+
+class _FillingStream:
+    def __init__(self, out, disk: _FullDisk) -> None:
+        self.out, self.disk = out, disk
+
+    def write(self, data):
+        if len(data) > self.disk.room:
+            self.out.write(bytes(data[:self.disk.room]))
+            self.disk.room = 0
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.disk.room -= len(data)
+        return self.out.write(data)
+
+    def close(self):
+        self.out.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def test_a_full_disk_names_the_path_and_keeps_the_previous_checkpoint(tmp_path):
+    from pyarrow import fs as pafs
+
+    from sparktrain.errors import StoreWriteError
+    from sparktrain.train._executor.checkpoint import Checkpointer
+
+    disk = _FullDisk(pafs.LocalFileSystem(), room=10 ** 6)
+    ck = Checkpointer(Store(str(tmp_path), filesystem=disk), "r")
+    ck.save(1, {"epoch": 0}, b"a" * 1000, keep=2)
+    ck.save(2, {"epoch": 1}, b"b" * 1000, keep=2)
+    disk.room = 500  # the next checkpoint does not fit
+    with pytest.raises(StoreWriteError) as err:
+        ck.save(3, {"epoch": 2}, b"c" * 1000, keep=2)
+    assert f"{tmp_path}/r/checkpoints/ckpt-000003.ckpt" in str(err.value) and "No space left" in str(err.value)
+    assert err.value.errno_ == errno.ENOSPC and isinstance(err.value, OSError)
+    names = sorted(p.name for p in (tmp_path / "r" / "checkpoints").iterdir())
+    assert names == ["ckpt-000002.ckpt"]  # pruned before the save; no temporary file left behind
+    assert ck.load_latest() == (2, {"epoch": 1}, b"b" * 1000)
+
+
+def test_a_local_write_is_fsynced_and_leaves_no_temporary_file_on_failure(tmp_path):
+    from sparktrain.errors import StoreWriteError
+
+    store = Store(str(tmp_path))
+    store.write_bytes("a/b.json", b"{}")
+    (tmp_path / "a" / "c.json").mkdir()  # a folder where the file should go: the rename fails
+    with pytest.raises(StoreWriteError, match=r"could not write '.*a/c\.json'"):
+        store.write_bytes("a/c.json", b"{}")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.json", "c.json"]
+    assert (tmp_path / "a" / "b.json").read_bytes() == b"{}"
+
+
+def test_the_event_log_keeps_every_writer_s_events(tmp_path):
+    """Two writers (an overlapping re-run, say) each add their own objects: neither rewrites the other's."""
+    a, b = RunStore(str(tmp_path), "r"), RunStore(str(tmp_path), "r")
+    for i in range(5):
+        a.append_event({"event": "a", "i": i})
+        b.append_event({"event": "b", "i": i})
+    events = a.read_events()
+    assert len(events) == 10 and [e["i"] for e in events if e["event"] == "a"] == list(range(5))
+    assert [e["i"] for e in events if e["event"] == "b"] == list(range(5))
+
+
+def test_sealed_objects_are_checked_and_hold_json_only():
+    from sparktrain.data.sealed import seal, unseal
+    from sparktrain.errors import CorruptObjectError
+
+    blob = seal({"epoch": 1, "np": np.float32(0.5), "arr": np.arange(3)}, b"\x00payload")
+    assert unseal(blob) == ({"epoch": 1, "np": 0.5, "arr": [0, 1, 2]}, b"\x00payload")
+    with pytest.raises(CorruptObjectError, match="'x.ckpt' is truncated"):
+        unseal(blob[:-1], "x.ckpt")
+    with pytest.raises(CorruptObjectError, match="not a sealed sparktrain object"):
+        unseal(b"\x80\x04pickle", "old.ckpt")  # an older sparktrain's pickled checkpoint is never unpickled
 
 
 def test_driver_code_does_not_import_the_store_from_the_executor_package():

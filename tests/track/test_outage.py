@@ -17,15 +17,13 @@ EPOCHS = 6
 
 def _wait_for_epoch(store: Path, epoch: int, stop: threading.Event) -> bool:
     """True once some run in ``store`` logged ``epoch_finished`` for ``epoch``."""
-    import json
+    from sparktrain.data.run_store import RunStore
 
     while not stop.is_set():
-        for log in store.glob("*/checkpoints/log.jsonl"):
-            for line in log.read_text().splitlines():
-                if line.strip():
-                    e = json.loads(line)
-                    if e.get("event") == "epoch_finished" and e.get("epoch") == epoch:
-                        return True
+        for run in store.glob("*/checkpoints/events"):
+            for e in RunStore(str(store), run.parent.parent.name).read_events():
+                if e.get("event") == "epoch_finished" and e.get("epoch") == epoch:
+                    return True
         time.sleep(0.1)
     return False
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import pickle
 from typing import Any, List
 
 import numpy as np
@@ -55,7 +54,7 @@ class NumpyLinear(Adapter):
         self.lr = loop.learning_rate
         self.w = np.zeros(len(FEATURES) + 1)
         if loop.resume.state is not None:
-            self.w = pickle.loads(loop.resume.state)
+            self.w = np.frombuffer(loop.resume.state).copy()
 
     def train_step(self, micros, weight, after_micro):
         rows = sum(len(m[2]) for m in micros)
@@ -78,7 +77,7 @@ class NumpyLinear(Adapter):
         return float(err @ err), xb @ self.w
 
     def state(self) -> bytes:
-        return pickle.dumps(self.w)
+        return self.w.tobytes()
 
     def export(self) -> bytes:
         return self.w.tobytes()
@@ -149,6 +148,27 @@ def test_resume_after_a_crash_continues_at_the_last_checkpoint_with_the_same_res
     assert len(adapter.micro_sizes) == ROWS // 128 - 3  # only the rest of epoch 1 was trained
     np.testing.assert_allclose(np.frombuffer(resumed["model_bytes"]), np.frombuffer(clean["model_bytes"]),
                                rtol=0, atol=1e-12)
+    assert [h["epoch"] for h in resumed["history"]] == [0, 1]
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before_with_nothing_lost(split, tmp_path, caplog):
+    clean, _, _ = _run(_spec(split, str(tmp_path), "clean", batch_size=64, accumulate_steps=2, epochs=2))
+    spec = _spec(split, str(tmp_path), "torn", batch_size=64, accumulate_steps=2, epochs=2)
+    with pytest.raises(_Crash):
+        _run(spec, hooks=[_CrashAt(1, 3)])
+    ck = Checkpointer(str(tmp_path), "torn")
+    seq, newest = ck.latest()
+    path = tmp_path / newest
+    path.write_bytes(path.read_bytes()[:-100])  # the newest checkpoint (epoch 1, step 3) torn
+    with caplog.at_level("WARNING"):
+        resumed, adapter, loop = _run(spec, attempt=1)
+    assert f"checkpoint {seq} is unreadable" in caplog.text
+    assert loop.resume.epoch == 1 and loop.resume.layers[-1].done == 2  # the one before: after step 2
+    assert len(adapter.micro_sizes) == ROWS // 128 - 2  # step 3 trained again, nothing skipped
+    np.testing.assert_allclose(np.frombuffer(resumed["model_bytes"]), np.frombuffer(clean["model_bytes"]),
+                               rtol=0, atol=1e-12)  # nothing lost or counted twice: the clean run's weights
+    (event,) = [e for e in ck.events() if e["event"] == "resumed"]
+    assert (event["from_epoch"], event["from_step"], event["skipped_checkpoints"]) == (1, 2, [seq])
     assert [h["epoch"] for h in resumed["history"]] == [0, 1]
 
 

@@ -251,9 +251,9 @@ def test_tuning_trials_resume_where_they_stopped(rows_dataset, tmp_path):
     out = json.loads(line[0][len("RESULT "):])
     assert out == {"single": ["FINISHED"], "distributed": ["FINISHED"]}
     for mode, world in (("single", 1), ("distributed", 2)):
-        (run_dir,) = [p for p in (store / mode).iterdir() if (p / "checkpoints" / "log.jsonl").is_file()
+        (run_dir,) = [p for p in (store / mode).iterdir() if (p / "checkpoints" / "events").is_dir()
                       and not p.name.endswith("-plan")]
-        events = [json.loads(x) for x in (run_dir / "checkpoints" / "log.jsonl").read_text().splitlines()]
+        events = _events(store / mode, run_dir.name)
         starts = [(e["event"], e["from_epoch"], e["from_step"], e["world_size"]) for e in events
                   if e["event"] in ("started", "resumed")]
         # checkpoints every 5 steps, the fault at step 12 of epoch 1: the retried trial continues at step 10

@@ -5,18 +5,24 @@ Layout under ``<store>/<run_id>/`` (a local path or any :mod:`pyarrow.fs` URI)::
     run.json                        the run's fingerprint (driver, sparktrain.train.plan; the store's
                                     marker that sparktrain owns the folder)
     data/train/ data/validation/    a DataFrame passed to fit(), materialized (driver)
-    checkpoints/ckpt-000007.ckpt    checkpoints, numbered; the newest keep_checkpoints and the best stay
-    checkpoints/log.jsonl           append-only event log (started / resumed / epoch finished ...)
+    checkpoints/ckpt-000007.ckpt    checkpoints, numbered, each one sealed object (sparktrain.data.sealed);
+                                    the newest keep_checkpoints and the best stay
+    checkpoints/events/*.json       the event log, one object per event (started / resumed / epoch finished
+                                    ...): nothing is read and rewritten, so it works on object stores too
     failures/                       one JSON file per failed rank and attempt
-    model/network/model.bin         the trained network, written by rank 0 (the driver reads it back)
-    model/network/spec.json
-    model/...                       the rest of the bundle (sparktrain.track.bundle)
+    model/network.ckpt              the trained network and its spec in one sealed object, written by rank 0
+                                    (the driver reads it back)
+    model/...                       the bundle (sparktrain.track.bundle; bundle.json is written last)
     control/verdict-000002.json     a search's verdict on a trial after epoch 2 (driver; rank 0 reads it)
     control/stop.json               the search pruned the trial: rank 0 stops it after its epoch
 
-:class:`Store` is a directory on a pyarrow filesystem with atomic writes
-(temporary name, then a rename), so a process killed halfway never leaves a
-file that looks complete.  :class:`RunStore` names every path of one run.
+:class:`Store` is a directory on a pyarrow filesystem with atomic file writes
+(a temporary name, then a rename of that one file: never of a directory), so a
+process killed halfway never leaves a file that looks complete.  On a local
+disk the file and its folder are fsynced; a failed write (a full disk)
+removes its temporary file and raises
+:class:`~sparktrain.errors.StoreWriteError` naming the path, leaving what
+was there before untouched.  :class:`RunStore` names every path of one run.
 Plain Python on pyarrow: executors import it, and it imports nothing of
 pyspark or of the driver.
 """
@@ -27,20 +33,23 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
+
+from sparktrain.data.sealed import seal, unseal
+from sparktrain.errors import StoreWriteError
 
 log = logging.getLogger(__name__)
 
 RUN_FILE = "run.json"
 DATA_DIR = "data"
 CHECKPOINTS_DIR = "checkpoints"
-EVENT_LOG = "log.jsonl"
+EVENT_LOG = "log.jsonl"  # the event log of sparktrain < 0.9 (read, never written)
+EVENTS_DIR = "events"
 FAILURES_DIR = "failures"
 MODEL_DIR = "model"
-NETWORK_DIR = "network"
-NETWORK_FILE = "model.bin"
-NETWORK_SPEC = "spec.json"
+NETWORK_OBJECT = "network.ckpt"
 CONTROL_DIR = "control"
 STOP_FILE = "stop.json"
 
@@ -54,12 +63,16 @@ class Store:
     ----------
     root : str
         A local path (made absolute) or a URI such as ``s3://bucket/prefix``.
+    filesystem : pyarrow.fs.FileSystem, optional
+        When given, ``root`` is a path inside it (e.g. an ``S3FileSystem`` with ``endpoint_override``).
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, filesystem: Any = None) -> None:
         from pyarrow import fs as pafs
 
-        if "://" in root:
+        if filesystem is not None:
+            self.fs, self.root = filesystem, root
+        elif "://" in root:
             self.fs, self.root = pafs.FileSystem.from_uri(root)
         else:
             self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(root)
@@ -77,14 +90,37 @@ class Store:
         return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write ``data`` to ``rel`` atomically."""
+        """Write ``data`` to ``rel`` atomically (a temporary file, fsynced on a local disk, then renamed).
+
+        Raises
+        ------
+        StoreWriteError
+            Naming the path, when the write failed; the temporary file is gone and ``rel`` is unchanged.
+        """
+        from pyarrow import fs as pafs
+
         final = self.path(rel)
         parent = final.rsplit("/", 1)[0]
-        self.fs.create_dir(parent, recursive=True)
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self.fs.move(tmp, final)
+        try:
+            self.fs.create_dir(parent, recursive=True)
+            if isinstance(self.fs, pafs.LocalFileSystem):
+                _write_local(tmp, final, data)
+            else:  # an object store: the temporary object is complete when the (server-side) move starts
+                with self.fs.open_output_stream(tmp) as out:
+                    out.write(data)
+                self.fs.move(tmp, final)
+        except OSError as exc:
+            self._discard(tmp)
+            raise StoreWriteError(final, exc) from exc
+
+    def _discard(self, path: str) -> None:
+        from pyarrow import fs as pafs
+        try:
+            if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+                self.fs.delete_file(path)
+        except OSError as exc:  # logged: the write's own error is what the caller must see
+            log.warning("could not remove the temporary file '%s': %s", path, exc)
 
     def read_bytes(self, rel: str) -> bytes:
         with self.fs.open_input_stream(self.path(rel)) as src:
@@ -97,11 +133,6 @@ class Store:
             return []
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(rel)))
         return sorted(i.base_name for i in infos)
-
-    def append_line(self, rel: str, line: str) -> None:
-        """Append to a small log file (read-modify-write; only one writer, rank 0, calls this)."""
-        old = self.read_bytes(rel) if self.exists(rel) else b""
-        self.write_bytes(rel, old + line.encode() + b"\n")
 
     def delete(self, rel: str) -> None:
         """Delete the file or folder ``rel`` when it exists; an error is logged, never raised."""
@@ -116,6 +147,24 @@ class Store:
                 self.fs.delete_file(path)
         except OSError as exc:  # cleanup must not hide the original error
             log.warning("could not delete '%s': %s", path, exc)
+
+
+def _write_local(tmp: str, final: str, data: bytes) -> None:
+    """``data`` into ``tmp`` (fsynced), renamed to ``final``, and the folder fsynced: durable once it returns."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    folder = os.open(os.path.dirname(final), os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 class RunStore:
@@ -213,28 +262,38 @@ class RunStore:
         return sorted(found)
 
     def read_events(self) -> List[Dict[str, Any]]:
-        """Every line of the run's event log, oldest first (``[]`` without one)."""
-        rel = self.rel(CHECKPOINTS_DIR, EVENT_LOG)
-        if not self.store.exists(rel):
-            return []
-        return [json.loads(x) for x in self.store.read_bytes(rel).decode().splitlines() if x.strip()]
+        """Every event of the run, oldest first (``[]`` without any).
+
+        Events are ``checkpoints/events/<time ns>-<writer>.json`` objects; an
+        older sparktrain's ``checkpoints/log.jsonl`` is read first.
+        """
+        out: List[Dict[str, Any]] = []
+        legacy = self.rel(CHECKPOINTS_DIR, EVENT_LOG)
+        if self.store.exists(legacy):
+            out = [json.loads(x) for x in self.store.read_bytes(legacy).decode().splitlines() if x.strip()]
+        folder = self.rel(CHECKPOINTS_DIR, EVENTS_DIR)
+        for name in self.store.listdir(folder):
+            if name.endswith(".json") and not name.startswith("."):
+                out.append(json.loads(self.store.read_bytes(f"{folder}/{name}")))
+        return out
 
     def append_event(self, body: Dict[str, Any]) -> None:
-        """Append one JSON line to the event log (one writer: rank 0)."""
-        self.store.append_line(self.rel(CHECKPOINTS_DIR, EVENT_LOG), json.dumps(body, default=str))
+        """Add one event: its own object, named by time and writer, so no writer reads or rewrites another's."""
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.json"
+        self.store.write_bytes(self.rel(CHECKPOINTS_DIR, EVENTS_DIR, name), json.dumps(body, default=str).encode())
 
     # -- the trained network ----------------------------------------------------------------------------------
 
     def write_network(self, model_bytes: bytes, spec: Dict[str, Any]) -> str:
-        """Write ``model/network/model.bin`` and ``spec.json``; returns the ``model/`` folder's path."""
-        self.store.write_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_FILE), model_bytes)
-        self.store.write_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_SPEC), json.dumps(spec, indent=1).encode())
+        """Write ``model/network.ckpt``: the network and its spec in one sealed object; returns ``model/``'s path."""
+        self.store.write_bytes(self.rel(MODEL_DIR, NETWORK_OBJECT), seal(spec, model_bytes))
         return self.store.path(self.rel(MODEL_DIR))
 
     def read_network(self) -> Tuple[bytes, Dict[str, Any]]:
-        """``(network bytes, spec)`` written by :meth:`write_network`."""
-        return (self.store.read_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_FILE)),
-                json.loads(self.store.read_bytes(self.rel(MODEL_DIR, NETWORK_DIR, NETWORK_SPEC))))
+        """``(network bytes, spec)`` written by :meth:`write_network` (checked: one writer's, complete)."""
+        rel = self.rel(MODEL_DIR, NETWORK_OBJECT)
+        spec, model_bytes = unseal(self.store.read_bytes(rel), self.store.path(rel))
+        return model_bytes, spec
 
     # -- control: a search's verdicts on a trial (driver writes, rank 0 reads) ---------------------------------
 

@@ -10,9 +10,13 @@ what the tracking needs::
         features/features.json                 the fitted feature transforms
         pipeline_model/                        the fitted Spark PipelineModel
         model.json                             the Spark ML model's class, params, inputs and history
-        bundle.json                            config, metrics, history, MLflow run ids
+        bundle.json                            config, metrics, history, MLflow run ids, and the
+                                               size and SHA-256 of every other file (written last)
 
-A tracking outage then loses nothing: ``sparktrain register --from-store
+``bundle.json`` is the commit record: it is written after every other file,
+and lists them with their sizes and SHA-256, so a reader takes only a
+complete bundle of one job (:func:`load_model` checks the network and
+``model.json`` against it).  A tracking outage then loses nothing: ``sparktrain register --from-store
 <store>/<run>`` logs and registers the model later, with the usual alias
 rules (:func:`register_from_store`).
 
@@ -83,10 +87,9 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
             "dataset": dataset_root, "test": result.test, "baseline": result.baseline,
             "baseline_model": result.baseline_model, "history": result.history, "seconds": result.seconds,
             "registered": None}
-        body = {**mask_strings(body), "config": mask_config(cfg.to_dict())}
-        with open(os.path.join(local, BUNDLE_FILE), "w") as fh:
-            json.dump(body, fh, indent=1, default=str)
+        body = {**mask_strings(body), "config": mask_config(cfg.to_dict()), "files": _file_digests(local)}
         _upload(local, target)
+        _write_last(f"{target}/{BUNDLE_FILE}", json.dumps(body, indent=1, default=str).encode())
     log.info("model of run %s saved to %s", model.getRunId(), target)
     return target
 
@@ -97,23 +100,65 @@ def model_description(model: Any) -> Dict[str, Any]:
             "history": model.history, "params": {p.name: v for p, v in model.extractParamMap().items()}}
 
 
-def load_model(folder: str) -> Any:
-    """The TorchModel / KerasModel a bundle folder holds (``model.json`` + ``network/model.bin``)."""
-    from sparktrain.data import _fs
+def load_model(folder: str, files: Optional[Dict[str, Any]] = None) -> Any:
+    """The TorchModel / KerasModel a bundle folder holds (``model.json`` + ``network/model.bin``).
+
+    ``files``: ``bundle.json``'s list of sizes and digests; each file read is checked against it
+    (:class:`~sparktrain.errors.CorruptObjectError` naming the file when it does not match).
+    """
     from sparktrain.train.model import KerasModel, TorchModel
     from sparktrain.train.worker import InputSpec
 
-    fs, inner = _fs.resolve(f"{folder}/{MODEL_FILE}")
-    with fs.open_input_stream(inner) as fh:
-        desc = json.loads(fh.read())
-    fs, inner = _fs.resolve(f"{folder}/network/model.bin")
-    with fs.open_input_stream(inner) as fh:
-        model_bytes = fh.read()
+    desc = json.loads(_read_checked(folder, MODEL_FILE, files))
+    model_bytes = _read_checked(folder, "network/model.bin", files)
     cls = TorchModel if desc["class"] == "TorchModel" else KerasModel
     model = cls(framework=desc["framework"], model_bytes=model_bytes, inputs=InputSpec.from_dict(desc["inputs"]),
                 history=desc["history"])
     model._set(**{k: v for k, v in desc["params"].items() if model.hasParam(k)})
     return model
+
+
+def _file_digests(local: str) -> Dict[str, Dict[str, Any]]:
+    """``{relative path: {"size", "sha256"}}`` of every file under ``local``."""
+    import hashlib
+
+    out = {}
+    for dirpath, _, names in os.walk(local):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            h = hashlib.sha256()
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            out[os.path.relpath(path, local).replace(os.sep, "/")] = {"size": os.path.getsize(path),
+                                                                       "sha256": h.hexdigest()}
+    return out
+
+
+def _read_checked(folder: str, rel: str, files: Optional[Dict[str, Any]]) -> bytes:
+    """The bytes of ``<folder>/<rel>``, checked against ``bundle.json``'s list when there is one."""
+    import hashlib
+
+    from sparktrain.data import _fs
+    from sparktrain.errors import CorruptObjectError
+
+    fs, inner = _fs.resolve(f"{folder}/{rel}")
+    with fs.open_input_stream(inner) as fh:
+        data = fh.read()
+    want = (files or {}).get(rel)
+    if files is not None and (want is None or want.get("size") != len(data)
+                              or want.get("sha256") != hashlib.sha256(data).hexdigest()):
+        raise CorruptObjectError(f"'{folder}/{rel}' does not match the bundle's {BUNDLE_FILE} (another job wrote "
+                                 f"it, or it is truncated). Fix: train the run again, or restore that folder")
+    return data
+
+
+def _write_last(path: str, data: bytes) -> None:
+    """Write the bundle's commit record (atomically: a temporary file, then a rename of that file)."""
+    from sparktrain.data.run_store import Store
+
+    folder, name = path.rsplit("/", 1)
+    Store(folder).write_bytes(name, data)
 
 
 def _store_of(cfg: Any) -> str:
@@ -185,7 +230,7 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     body = read_bundle(run_dir)
     folder = body["_dir"]
     cfg = parse_config(body["config"])
-    model = load_model(folder)
+    model = load_model(folder, body.get("files"))
     uri = tracking_uri or _stored_tracking_uri(cfg.tracking.uri)
     tracker = JobTracker(cfg, uri=uri)  # preflight: still down -> a clear error, nothing changes
     run_id = body.get("mlflow_run_id")

@@ -11,8 +11,10 @@ that keeps ranks in step, fault hooks, heartbeats, metrics, mid-epoch and
 end-of-epoch checkpoints, resume, and the per-step/epoch :class:`Hook` s
 (``on_epoch`` may stop the run: what trial pruning uses).
 
-A checkpoint is a pickle of ``{"meta": {...}, "state": bytes}``: ``state`` is
-the adapter's serialization (model, optimizer, loss scaler, framework RNG),
+A checkpoint is one sealed object (:mod:`sparktrain.data.sealed`) of JSON
+``meta`` and ``state`` bytes, nothing pickled: ``state`` is the adapter's
+serialization (model, optimizer, loss scaler, framework RNG: torch state dicts
+loaded with ``weights_only=True``, Keras arrays as ``.npz`` without pickles),
 ``meta`` is the same for every framework:
 
 ``epoch``, ``layers``
@@ -28,7 +30,9 @@ Mid-epoch checkpoints happen every ``checkpoint_every_steps`` optimizer
 steps, and/or when ``checkpoint_every_s`` passed on rank 0 (decided at the
 periodic all-reduce, so every rank checkpoints at the same step).  Every
 epoch ends with one.  Only rank 0 writes; the newest ``keep_checkpoints``
-and the best epoch (lowest ``val_loss``, else ``train_loss``) are kept.
+and the best epoch (lowest ``val_loss``, else ``train_loss``) are kept.  A
+resume takes the newest checkpoint that passes its checks: a truncated one is
+skipped with a warning, and rank 0's ``resumed`` event lists it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ import functools
 import json
 import math
 import os
-import pickle
 import random
 import time
 from dataclasses import dataclass, field
@@ -182,7 +185,7 @@ class Loop:
                                        from_step=self.resume.layers[-1].done if self.resume.layers else 0,
                                        attempt=ctx.attempt, world_size=self.world, batch_size=self.batch,
                                        learning_rate=self.learning_rate, global_batch=self.global_batch,
-                                       shards=self.shards)
+                                       shards=self.shards, skipped_checkpoints=list(ctx.checkpointer.skipped))
             last_world = self.resume.world if self.resume.layers else None
             if last_world is not None and last_world != self.world:
                 ctx.reporter.send("world_size", epoch=self.resume.epoch, step=self.resume.layers[-1].done,
@@ -292,17 +295,15 @@ class Loop:
     # -- resume ---------------------------------------------------------------------------------------------
 
     def _load(self) -> Resume:
-        latest = self.ctx.checkpointer.latest()
+        latest = self.ctx.checkpointer.load_latest()
         if latest is None:
             return Resume()
-        blob = pickle.loads(self.ctx.checkpointer.load(latest[1]))
-        meta = blob["meta"]
-        np.random.set_state(meta["rng"]["numpy"])
-        random.setstate(meta["rng"]["python"])
+        _, meta, state = latest
+        _set_rng(meta["rng"])
         ts = meta.get("train_state")
         return Resume(epoch=meta["epoch"], layers=[Layer.from_dict(x) for x in meta["layers"]],
                       history=list(meta["history"]), train_state=None if ts is None else np.asarray(ts),
-                      state=blob["state"], global_batch=int(meta["global_batch"]), seq=int(meta["seq"]) + 1,
+                      state=state, global_batch=int(meta["global_batch"]), seq=int(meta["seq"]) + 1,
                       best=tuple(meta["best"]) if meta.get("best") else None,  # type: ignore[arg-type]
                       world=int(meta["world"]), shards=int(meta.get("shards") or meta["world"]))
 
@@ -377,15 +378,16 @@ class Loop:
                 self.best = (float(monitored), self.seq)
         meta = {"epoch": epoch, "layers": [x.to_dict() for x in layers],
                 "train_state": None if reduced is None else reduced.tolist(), "history": history,
-                "rng": {"numpy": np.random.get_state(), "python": random.getstate()},
+                "rng": _get_rng(),
                 "global_batch": self.global_batch, "seq": self.seq, "world": self.world, "shards": self.shards,
                 "best": list(self.best) if self.best else None}
         cp = self.ctx.checkpointer
-        _maybe_fail_in_checkpoint(self.ctx, epoch, layers)
-        cp.save(self.seq, pickle.dumps({"meta": meta, "state": state_fn()}))
+        state = state_fn()
+        _maybe_fail_in_checkpoint(self.ctx, epoch, layers, self.seq, meta, state)
+        cp.save(self.seq, meta, state, keep=self.spec.checkpoint.keep_checkpoints,
+                best=self.best[1] if self.best else None)
         cp.log_event("checkpoint", seq=self.seq, epoch=epoch, step=layers[-1].done if layers else 0,
                      world_size=self.world, attempt=self.ctx.attempt)
-        cp.prune(self.spec.checkpoint.keep_checkpoints, self.best[1] if self.best else None)
         self.seq += 1
         self._last_ckpt = time.monotonic()
 
@@ -393,6 +395,22 @@ class Loop:
         self.beat.close()
         if self._trace:
             self._trace.close()
+
+
+def _get_rng() -> Dict[str, Any]:
+    """NumPy's and Python's global RNG states as JSON."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {"numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+            "python": [version, list(internal), gauss_next]}
+
+
+def _set_rng(rng: Dict[str, Any]) -> None:
+    """Restore what :func:`_get_rng` returned."""
+    name, keys, pos, has_gauss, cached = rng["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss_next = rng["python"]
+    random.setstate((version, tuple(internal), gauss_next))
 
 
 def _timed(items: Any, add: Callable[[float], None]) -> Any:
@@ -483,15 +501,27 @@ class _Trace:
         self.fh.close()
 
 
-def _maybe_fail_in_checkpoint(ctx: WorkerContext, epoch: int, layers: Sequence[Layer]) -> None:
-    """Test hook: ``SPARKTRAIN_FAULT_INJECT=0:E:S:ckpt`` dies while writing the checkpoint at (E, S)."""
+def _maybe_fail_in_checkpoint(ctx: WorkerContext, epoch: int, layers: Sequence[Layer], seq: int,
+                              meta: Dict[str, Any], state: bytes) -> None:
+    """Test hook: ``SPARKTRAIN_FAULT_INJECT=0:E:S:ckpt`` dies while writing the checkpoint at (E, S).
+
+    ``...:torn`` instead leaves that checkpoint truncated under its final name (what a store without
+    atomic writes, or a damaged disk, can leave), then dies.
+    """
     value = os.environ.get("SPARKTRAIN_FAULT_INJECT", "")
     parts = value.split(":")
-    if len(parts) == 4 and parts[3] == "ckpt" and ctx.attempt == 0 and int(parts[0]) == ctx.rank:
+    if len(parts) == 4 and parts[3] in ("ckpt", "torn") and ctx.attempt == 0 and int(parts[0]) == ctx.rank:
         step = layers[-1].done if layers else 0
         if (int(parts[1]), int(parts[2])) == (epoch, step):
+            from sparktrain.data.sealed import seal
+
             store = ctx.checkpointer.store
-            tmp = store.path(ctx.checkpointer.run_id, "checkpoints", ".tmp-dying")
-            with store.fs.open_output_stream(tmp) as out:
-                out.write(b"half a checkpoint")
+            if parts[3] == "torn":
+                blob = seal(meta, state)
+                path = store.path(ctx.checkpointer.run.checkpoint_rel(seq))
+                data = blob[:len(blob) // 2]
+            else:
+                path, data = store.path(ctx.checkpointer.run_id, "checkpoints", ".tmp-dying"), b"half a checkpoint"
+            with store.fs.open_output_stream(path) as out:
+                out.write(data)
             os._exit(3)

@@ -94,7 +94,9 @@ def _load_torch(model_bytes: bytes, inputs: InputSpec) -> Predictor:
 
     from sparktrain.train._executor.torch_worker import make_model
 
-    blob = torch.load(io.BytesIO(model_bytes), map_location="cpu", weights_only=False)
+    # tensors, numbers, strings and bytes only; a custom model factory (cloudpickled bytes) is the one part that
+    # unpickles code: see docs/security.md
+    blob = torch.load(io.BytesIO(model_bytes), map_location="cpu", weights_only=True)
     model = make_model(InputSpec.from_dict(blob["inputs"]), ModelSpec.from_dict(blob["model"]), blob["factory"])
     model.load_state_dict(blob["state_dict"])
     model.eval()

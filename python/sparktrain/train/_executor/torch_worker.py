@@ -125,7 +125,8 @@ class TorchAdapter(Adapter):
         if self.amp_dtype is torch.float16 and self.device.type == "cuda":
             self.scaler = torch.amp.GradScaler("cuda")
         if loop.resume.state is not None:
-            state = torch.load(io.BytesIO(loop.resume.state), map_location=self.device, weights_only=False)
+            # tensors, numbers and containers only: a checkpoint cannot run code here
+            state = torch.load(io.BytesIO(loop.resume.state), map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             for group in self.optimizer.param_groups:  # an elastic resume may scale the learning rate
