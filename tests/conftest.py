@@ -72,3 +72,22 @@ def mlflow_server(tmp_path_factory):
 def tracking_uri(tmp_path):
     """A fresh sqlite tracking store under tmp (``sqlite:////abs/path/mlflow.db``)."""
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 (a free port) with one bucket, for the whole run (:mod:`tests._s3`)."""
+    pytest.importorskip("moto.server", reason="moto[server] is a test dependency: pip install 'moto[server]'")
+    from tests._s3 import MotoS3
+
+    server = MotoS3().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The S3 server with ``AWS_ENDPOINT_URL`` and throwaway credentials set for this test only."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    return s3_server

@@ -68,14 +68,10 @@ class Store:
     """
 
     def __init__(self, root: str, filesystem: Any = None) -> None:
-        from pyarrow import fs as pafs
+        from sparktrain.data._fs import resolve
 
-        if filesystem is not None:
-            self.fs, self.root = filesystem, root
-        elif "://" in root:
-            self.fs, self.root = pafs.FileSystem.from_uri(root)
-        else:
-            self.fs, self.root = pafs.LocalFileSystem(), os.path.abspath(root)
+        # the one place that turns a URI into a filesystem: an s3:// URI honours AWS_ENDPOINT_URL
+        self.fs, self.root = resolve(root, filesystem)
         self.uri = root
 
     def path(self, *parts: str) -> str:
