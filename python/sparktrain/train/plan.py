@@ -291,12 +291,39 @@ def float_01_range(stats: Dict[str, Dict[str, Any]], label: str) -> bool:
 
 
 def float_label_is_01(spark: Any, train_path: str, label: str) -> bool:
-    """Whether a floating-point label holds only 0.0 and 1.0 (Spark ML's binary labels): one column scan."""
+    """Whether a floating-point label holds only 0.0 and 1.0 (Spark ML's binary labels): one column scan.
+
+    Spark scans it; a URI Spark has no connector for (``s3://`` without
+    hadoop-aws, say) is scanned here through pyarrow instead, one batch of
+    that column at a time.
+    """
     from pyspark.sql import functions as F
 
     y = F.col(f"`{label}`")
-    row = spark.read.parquet(train_path).agg(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("n")).first()
+    try:
+        row = spark.read.parquet(train_path).agg(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("n")).first()
+    except Exception as exc:  # noqa: BLE001 - py4j / analysis errors: no Hadoop filesystem for the scheme
+        if "://" not in train_path or train_path.startswith("file:"):
+            raise
+        log.info("Spark cannot read %s (%s): scanning label '%s' through pyarrow", train_path,
+                 type(exc).__name__, label)
+        return _label_is_01_arrow(train_path, label)
     return not int(row["n"] or 0)
+
+
+def _label_is_01_arrow(train_path: str, label: str) -> bool:
+    import numpy as np
+    import pyarrow.dataset as pads
+
+    from sparktrain.data._fs import list_data_files, resolve
+
+    fs, inner = resolve(train_path)
+    files = [f.path for f in list_data_files(fs, inner)]
+    for batch in pads.dataset(files, filesystem=fs, format="parquet").to_batches(columns=[label]):
+        values = batch.column(0).to_numpy(zero_copy_only=False)
+        if not np.isin(values[~np.isnan(values)], (0.0, 1.0)).all():
+            return False
+    return True
 
 
 def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: float, null_labels: int,
