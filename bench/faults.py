@@ -13,6 +13,12 @@ One ``local[2,2]`` session (a failed barrier stage is retried once) with
 * **oversized model**: a 2+ MB network under ``maxResultSize=1m``;
 * **kill -9 mid-epoch**: rank 1's Python worker dies at epoch 1, step 22 (checkpoints every 10 steps);
 * **shrink 2 -> 1**: 2 workers fail at epoch 1, step 22; the run resumes on 1 worker;
+* **kill -9, store in S3**: the kill -9 row with the dataset and the store in S3 (moto's server on
+  127.0.0.1, reached through ``AWS_ENDPOINT_URL``; tests/_s3.py): back in <= 5 s, 0 rows skipped, 0 repeated;
+* **torn newest checkpoint**: rank 0 dies leaving the checkpoint of epoch 1, step 20 truncated under its
+  final name; the retry skips it (a warning, and the ``resumed`` event lists it) and resumes from step 10;
+* **disk full in a checkpoint**: the store's writes raise ENOSPC (tests/_faultfs.py) during the third
+  checkpoint: a ``StoreWriteError`` naming the path, no temporary file left, the previous checkpoint intact;
 * **300 progress clients: no false stall**: 300 simulated ranks (the real reporter and heartbeat, in 4
   processes, ``tests/train/_ranks.py``) report to one progress server; every connection is cut for 9 s,
   longer than the 8 s ``stallTimeout``: every rank must come back with nothing lost, and the watchdog (told by
@@ -119,6 +125,82 @@ def _resume_row(name: str, store: Path, traces: Path, run_id: str, clean_val: fl
     return {"row": name, "fault_to_training_s": round(max(back), 2) if back else None, "steps_redone": redone,
             "interval": INTERVAL, "rows_skipped": skipped, "rows_repeated": repeated, "val_loss": val,
             "clean_val_loss": clean_val, "val_loss_rel": abs(val - clean_val) / clean_val, "lost": skipped > 0}
+
+
+def _s3_server():
+    """moto's S3 server (tests/_s3.py), its variables set for this process before Spark starts; None without moto."""
+    try:
+        from _s3 import MotoS3
+        server = MotoS3().start()
+    except ImportError:
+        return None
+    os.environ.update(server.env())
+    return server
+
+
+def _s3_kill(s3, path: str, traces: Path, clean_val: float) -> Dict[str, Any]:
+    """kill -9 of rank 1's Python worker with the dataset and the store in S3: the retried stage resumes."""
+    if s3 is None:
+        return {"row": "kill -9, store in S3", "outcome": "skipped: moto[server] is not installed", "lost": False}
+    dataset, store = s3.prefix("ds"), s3.prefix("store")
+    s3.upload(path, dataset)
+    killed, err = _fit(dataset, store, "s3-killed", 2, str(traces), fault="1:1:22:exit")
+    if killed is None:
+        return {"row": "kill -9, store in S3", "outcome": f"failed: {str(err).splitlines()[0]}", "lost": True,
+                "silent_hang": False}
+    row = _resume_row("kill -9, store in S3", store, traces, "s3-killed", clean_val, killed.history[-1]["val_loss"])
+    row["lost"] = row["lost"] or row["rows_repeated"] > 0
+    row["model"] = f"{store}/s3-killed/model/network.ckpt"
+    return row
+
+
+def _torn_checkpoint(path: str, store: Path, traces: Path, clean_val: float) -> Dict[str, Any]:
+    """Rank 0 leaves the newest checkpoint truncated and dies: the retry falls back to the one before."""
+    from sparktrain.train._executor.checkpoint import Checkpointer
+
+    torn, err = _fit(path, str(store), "torn", 2, str(traces), fault="0:1:20:torn")
+    if torn is None:
+        return {"row": "torn newest checkpoint", "outcome": f"failed: {str(err).splitlines()[0]}", "lost": True,
+                "silent_hang": False}
+    row = _resume_row("torn newest checkpoint", store, traces, "torn", clean_val, torn.history[-1]["val_loss"])
+    resumed = [e for e in Checkpointer(str(store), "torn").events() if e["event"] == "resumed"]
+    skipped = resumed[0].get("skipped_checkpoints") if resumed else None
+    row["outcome"] = (f"resumed from epoch {resumed[0]['from_epoch']}, step {resumed[0]['from_step']}, skipping "
+                      f"checkpoint {skipped}") if resumed else "never resumed (!)"
+    row["lost"] = row["lost"] or row["rows_repeated"] > 0 or not skipped
+    return row
+
+
+def _disk_full(base: Path) -> Dict[str, Any]:
+    """ENOSPC from the store's writer during a checkpoint: a clear error, the previous checkpoint intact."""
+    from pyarrow import fs as pafs
+
+    from _faultfs import FullDisk
+    from sparktrain.data.run_store import Store
+    from sparktrain.errors import StoreWriteError
+    from sparktrain.train._executor.checkpoint import Checkpointer
+
+    root = base / "store-full"
+    disk = FullDisk(pafs.LocalFileSystem(), room=1 << 30)
+    ck = Checkpointer(Store(str(root), filesystem=disk), "full")
+    state = os.urandom(1 << 20)
+    for seq in (1, 2):
+        ck.save(seq, {"epoch": seq}, state, keep=2)
+    disk.room = 1 << 19  # half of the next checkpoint fits
+    t0 = time.perf_counter()
+    try:
+        ck.save(3, {"epoch": 3}, state, keep=2)
+        return {"row": "disk full in a checkpoint", "outcome": "no error (!)", "lost": True, "silent_hang": False}
+    except StoreWriteError as exc:
+        seconds = time.perf_counter() - t0
+        names = sorted(p.name for p in (root / "full" / "checkpoints").iterdir())
+        latest = ck.load_latest()
+        intact = latest is not None and latest[0] == 2 and latest[2] == state
+        named = str(root / "full" / "checkpoints" / "ckpt-000003.ckpt") in str(exc)
+        return {"row": "disk full in a checkpoint", "fault_to_error_s": round(seconds, 3), "goal_s": 5.0,
+                "outcome": f"StoreWriteError naming the path ({named}); left {names}; previous intact: {intact}",
+                "lost": not (intact and named and not [n for n in names if n.startswith(".tmp")]),
+                "silent_hang": False, "model": "checkpoint 2"}
 
 
 def _stall(path: str, store: str, timeout: float) -> Dict[str, Any]:
@@ -301,6 +383,7 @@ def main(argv: List[str]) -> int:
     from sparktrain.session import get_or_create_session
 
     base = Path(tempfile.mkdtemp(prefix="sparktrain-faults-"))
+    s3 = _s3_server()  # before Spark starts: its Python workers inherit AWS_ENDPOINT_URL
     spark = get_or_create_session("local[2,2]", conf={"spark.driver.maxResultSize": "1m"})
     spark.sparkContext.setLogLevel("ERROR")
     raw = str(base / "raw")
@@ -322,6 +405,9 @@ def main(argv: List[str]) -> int:
     _, err = _fit(path, str(store), "shrink", 2, str(traces), fault="1:1:22:raise")
     shrunk, _ = _fit(path, str(store), "shrink", 1, str(traces))
     rows.append(_resume_row("shrink 2 to 1", store, traces, "shrink", clean_val, shrunk.history[-1]["val_loss"]))
+    rows.append(_s3_kill(s3, path, traces, clean_val))
+    rows.append(_torn_checkpoint(path, store, traces, clean_val))
+    rows.append(_disk_full(base))
     rows.append(_progress_clients())
     overhead = None if args.no_flights else _overhead(spark, base, args.repeats)
 
@@ -353,6 +439,8 @@ def main(argv: List[str]) -> int:
                                                 indent=1, default=str))
     print(f"faults: {len(rows)} scenarios, {lost} lost, {hangs} silent hangs")
     shutil.rmtree(base, ignore_errors=True)
+    if s3 is not None:
+        s3.stop()
     return 0 if lost == 0 and hangs == 0 else 1
 
 

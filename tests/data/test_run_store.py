@@ -96,48 +96,15 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(tmp_path, ca
         ck.load_latest()  # never a silent fresh start over a run that has checkpoints
 
 
-class _FullDisk:
-    """A pyarrow filesystem whose output streams raise ENOSPC after ``room`` bytes (a full disk)."""
-
-    def __init__(self, fs, room: int) -> None:
-        self._fs, self.room = fs, room
-
-    def __getattr__(self, name):
-        return getattr(self._fs, name)
-
-    def open_output_stream(self, path):
-        return _FillingStream(self._fs.open_output_stream(path), self)
-
-
-class _FillingStream:
-    def __init__(self, out, disk: _FullDisk) -> None:
-        self.out, self.disk = out, disk
-
-    def write(self, data):
-        if len(data) > self.disk.room:
-            self.out.write(bytes(data[:self.disk.room]))
-            self.disk.room = 0
-            raise OSError(errno.ENOSPC, "No space left on device")
-        self.disk.room -= len(data)
-        return self.out.write(data)
-
-    def close(self):
-        self.out.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
 def test_a_full_disk_names_the_path_and_keeps_the_previous_checkpoint(tmp_path):
     from pyarrow import fs as pafs
 
     from sparktrain.errors import StoreWriteError
     from sparktrain.train._executor.checkpoint import Checkpointer
 
-    disk = _FullDisk(pafs.LocalFileSystem(), room=10 ** 6)
+    from tests._faultfs import FullDisk
+
+    disk = FullDisk(pafs.LocalFileSystem(), room=10 ** 6)
     ck = Checkpointer(Store(str(tmp_path), filesystem=disk), "r")
     ck.save(1, {"epoch": 0}, b"a" * 1000, keep=2)
     ck.save(2, {"epoch": 1}, b"b" * 1000, keep=2)
