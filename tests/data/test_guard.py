@@ -98,14 +98,18 @@ def test_an_empty_folder_is_filled_and_a_sparktrain_dataset_is_replaced(spark, f
     out.mkdir()
     cfg = replace(_cfg(out), features=parse_features([{"name": "distance", "type": "numeric"}]))
     first = materialize(spark, cfg, flights_sample)
-    assert sorted(p.name for p in out.iterdir()) == ["features.json", "pipeline_model", "test", "train", "validation"]
+    gen = Path(first.generation)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", gen.name])  # the record + generation
+    assert sorted(p.name for p in gen.iterdir()) == ["_generation.json", "features.json", "pipeline_model", "test",
+                                                     "train", "validation"]
     assert [f["name"] for f in first.features["features"]] == ["distance"]
     cfg = replace(cfg, features=parse_features([{"name": "distance", "type": "numeric"},
                                                 {"name": "dep_delay", "type": "numeric"}]))
-    materialize(spark, cfg, flights_sample)  # features.json marks it as sparktrain's: replaced
-    meta = json.loads((out / "features.json").read_text())
+    second = materialize(spark, cfg, flights_sample)  # the commit record marks it as sparktrain's: replaced
+    meta = json.loads((Path(second.generation) / "features.json").read_text())
     assert [f["name"] for f in meta["features"]] == ["distance", "dep_delay"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging or old copy left
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", Path(second.generation).name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging, old copy or lease left
 
 
 # ---------------------------------------------------------------- where the folder is
@@ -218,7 +222,7 @@ def test_atomic_dir_refuses_a_user_folder_on_entry_and_before_the_swap(tmp_path)
     assert _intact(user)
     ours = tmp_path / "ours"
     ours.mkdir()
-    (ours / "_manifest.json").write_text("{}")
+    (ours / "_manifest.json").write_text(json.dumps({"format_version": 1, "files": []}))
     with pytest.raises(OutputNotOwnedError, match="holds notes/ and report.pdf"):
         with atomic_dir(str(ours)) as staging:
             Path(staging).mkdir()

@@ -171,6 +171,12 @@ class RunStore:
         """The relative path of checkpoint number ``seq``."""
         return self.rel(CHECKPOINTS_DIR, f"ckpt-{seq:06d}.ckpt")
 
+    def claim(self, what: str = "runId") -> Any:
+        """A :class:`~sparktrain.data.lease.Lease` on this run (``with run.claim(): ...``): one job per run."""
+        from sparktrain.data.lease import claim
+
+        return claim(self.uri(), what)
+
     # -- the run record (driver) ------------------------------------------------------------------------------
 
     def exists(self) -> bool:
