@@ -90,9 +90,15 @@ def test_overwrite_false_refuses_even_a_sparktrain_folder_before_any_job(spark, 
     assert (out / "features.json").read_text() == "{}"
 
 
-def test_an_empty_folder_is_filled_and_a_sparktrain_dataset_is_replaced(spark, flights_sample, tmp_path):
+def test_an_empty_folder_is_filled_and_a_sparktrain_dataset_is_replaced(spark, flights_sample, tmp_path,
+                                                                        monkeypatch):
+    """Through a filesystem that cannot move a directory (as S3): the commit protocol never renames one."""
     from sparktrain.features.materialize import materialize
     from sparktrain.features.spec import parse_features
+
+    from tests._nomove import no_directory_moves
+
+    nomove = no_directory_moves(monkeypatch)
 
     out = tmp_path / "dataset"
     out.mkdir()
@@ -110,6 +116,7 @@ def test_an_empty_folder_is_filled_and_a_sparktrain_dataset_is_replaced(spark, f
     assert [f["name"] for f in meta["features"]] == ["distance", "dep_delay"]
     assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", Path(second.generation).name])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging, old copy or lease left
+    assert nomove.refused == [] and nomove.moves == []  # not a folder, not even a file was renamed
 
 
 # ---------------------------------------------------------------- where the folder is
