@@ -1,7 +1,7 @@
 """Guarded outputs: sparktrain replaces only folders it wrote, never a user's files.
 
 Every writer that replaces a folder (``output.path`` of ``sparktrain
-preprocess``, ``sparktrain score --output``, :func:`~sparktrain.data.manifest.atomic_dir`)
+preprocess``, ``sparktrain score --output``, :class:`~sparktrain.data.commit.Generation`)
 checks two things before any Spark job:
 
 1. **What the folder holds** (:func:`check_replaceable`): nothing (absent or

@@ -4,7 +4,8 @@ Layout under ``<store>/<run_id>/`` (a local path or any :mod:`pyarrow.fs` URI)::
 
     run.json                        the run's fingerprint (driver, sparktrain.train.plan; the store's
                                     marker that sparktrain owns the folder)
-    data/train/ data/validation/    a DataFrame passed to fit(), materialized (driver)
+    data/_manifest.json             a DataFrame passed to fit(), materialized (driver) as a committed
+    data/_gen-<id>/train/ ...       generation (sparktrain.data.commit; no directory is renamed)
     checkpoints/ckpt-000007.ckpt    checkpoints, numbered; the newest keep_checkpoints and the best stay
     checkpoints/log.jsonl           append-only event log (started / resumed / epoch finished ...)
     failures/                       one JSON file per failed rank and attempt
@@ -16,7 +17,9 @@ Layout under ``<store>/<run_id>/`` (a local path or any :mod:`pyarrow.fs` URI)::
 
 :class:`Store` is a directory on a pyarrow filesystem with atomic writes
 (temporary name, then a rename), so a process killed halfway never leaves a
-file that looks complete.  :class:`RunStore` names every path of one run.
+file that looks complete.  :class:`RunStore` names every path of one run, and
+:meth:`RunStore.claim` leases it to one job (``<store>/.<run_id>.lease``,
+:mod:`sparktrain.data.lease`).
 Plain Python on pyarrow: executors import it, and it imports nothing of
 pyspark or of the driver.
 """
