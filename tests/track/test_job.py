@@ -129,7 +129,7 @@ def test_artifacts(job, tmp_path):
     from mlflow.artifacts import download_artifacts
 
     parent, children = _runs(job)
-    client, dataset = job["client"], job["result"].preprocess.path
+    client = job["client"]
     assert _artifacts(client, parent.info.run_id) == ["config/job.yaml"]
     cfg_file = download_artifacts(run_id=parent.info.run_id, artifact_path="config/job.yaml", dst_path=str(tmp_path))
     saved = yaml.safe_load(Path(cfg_file).read_text())
@@ -141,7 +141,7 @@ def test_artifacts(job, tmp_path):
                                                 "manifests/train/_manifest.json",
                                                 "manifests/validation/_manifest.json"]
     got = download_artifacts(run_id=pre, artifact_path="features/features.json", dst_path=str(tmp_path))
-    assert json.loads(Path(got).read_text()) == json.loads(Path(dataset, "features.json").read_text())
+    assert json.loads(Path(got).read_text()) == json.loads(Path(job["result"].preprocess.features_json).read_text())
 
     train = children["train"].info.run_id
     assert {"history.json", "plots/learning_curve.png", "plots/roc_curve.png",

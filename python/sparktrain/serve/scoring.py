@@ -289,7 +289,7 @@ def _score_claimed(spark: Any, model_uri: str, raw_uri: str, input_path: Optiona
     scored = score_dataframe(spark, df, model_uri, where=where)
     try:
         with Generation(output_path, "--output") as gen:  # a failed job leaves the previous output committed
-            scored.write.parquet(gen.uri)
+            scored.write.mode("append").parquet(gen.uri)  # a new folder (it holds only its marker)
             manifest = build_manifest(gen.uri, extra={"written_by": "sparktrain score", "model": model_uri,
                                                       "input": described}, compute_digest=False)
             write_manifest(gen.uri, manifest)
