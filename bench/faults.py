@@ -50,6 +50,7 @@ from typing import Any, Dict, List
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # tests.train._ranks, tests.train.test_resume
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -96,7 +97,7 @@ def _fit(path: str, store: str, run_id: str, workers: int, traces: str, fault: s
 
 
 def _resume_row(name: str, store: Path, traces: Path, run_id: str, clean_val: float, val: float) -> Dict[str, Any]:
-    from test_resume import committed_rows  # the same accounting the tests use
+    from tests.train.test_resume import committed_rows  # the same accounting the tests use
 
     kept, redone, _ = committed_rows(store, traces, run_id)
     full = collections.Counter(range(TRAIN_ROWS))
@@ -274,7 +275,7 @@ def _second_job_refused(run, target: str, what: str) -> Dict[str, Any]:
 
 def _two_fits_one_run(path: str, store: Path, traces: Path, clean_val: float) -> Dict[str, Any]:
     """Two real fits on one runId: the second is refused, the first trains every epoch, nothing lost."""
-    from test_resume import committed_rows
+    from tests.train.test_resume import committed_rows
 
     from sparktrain.train.estimator import TorchEstimator
 
