@@ -19,6 +19,10 @@ One ``local[2,2]`` session (a failed barrier stage is retried once) with
   final name; the retry skips it (a warning, and the ``resumed`` event lists it) and resumes from step 10;
 * **disk full in a checkpoint**: the store's writes raise ENOSPC (tests/_faultfs.py) during the third
   checkpoint: a ``StoreWriteError`` naming the path, no temporary file left, the previous checkpoint intact;
+* **two jobs on one runId**: a second fit with the same ``runId`` starts while the first trains: it is refused
+  (``LeaseHeldError`` naming the holder) and the first finishes every epoch with no row skipped or repeated;
+* **two preprocess jobs on one output.path**: likewise; the first's dataset is committed and readable, the
+  second left nothing behind;
 * **300 progress clients: no false stall**: 300 simulated ranks (the real reporter and heartbeat, in 4
   processes, ``tests/train/_ranks.py``) report to one progress server; every connection is cut for 9 s,
   longer than the 8 s ``stallTimeout``: every rank must come back with nothing lost, and the watchdog (told by
@@ -52,7 +56,7 @@ from typing import Any, Dict, List
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))  # tests.train.test_resume
+sys.path.insert(0, str(REPO))  # tests.train._ranks, tests.train.test_resume
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -333,6 +337,108 @@ def _overhead(spark, base: Path, repeats: int) -> Dict[str, Any]:
             "ratio_every_50": med["every 50 steps"] / med["none"]}
 
 
+def _wait_until(condition, limit: float = 120.0) -> bool:
+    end = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _second_job_refused(run, target: str, what: str) -> Dict[str, Any]:
+    """Run ``run()`` (the second job) while the first holds the lease on ``target``: it must be refused."""
+    from sparktrain.errors import LeaseHeldError
+
+    t0 = time.perf_counter()
+    try:
+        run()
+        return {"outcome": "ran (!)", "refused": False, "fault_to_error_s": round(time.perf_counter() - t0, 2)}
+    except LeaseHeldError as exc:
+        holder = exc.holder
+        return {"outcome": f"LeaseHeldError: {what} in use by host {holder.get('host')} pid {holder.get('pid')}",
+                "refused": True, "fault_to_error_s": round(time.perf_counter() - t0, 2)}
+
+
+def _two_fits_one_run(path: str, store: Path, traces: Path, clean_val: float) -> Dict[str, Any]:
+    """Two real fits on one runId: the second is refused, the first trains every epoch, nothing lost."""
+    from tests.train.test_resume import committed_rows
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    run_id = "shared"
+    first: Dict[str, Any] = {}
+
+    def fit_first() -> None:
+        first["model"], first["error"] = _fit(path, str(store), run_id, 2, str(traces))
+
+    thread = threading.Thread(target=fit_first, daemon=True)
+    thread.start()
+    started = _wait_until(lambda: (store / run_id / "run.json").is_file() or not thread.is_alive())
+
+    def fit_second() -> None:
+        est = TorchEstimator(numWorkers=2, epochs=EPOCHS, batchSize=64, labelCol="label", store=str(store),
+                             runId=run_id, excludeCols=["row_id"], hiddenUnits=[32, 32], seed=3)
+        est.show_progress = False
+        est.fit(path)
+
+    row = _second_job_refused(fit_second, str(store / run_id), "runId") if started and thread.is_alive() else \
+        {"outcome": "the first job ended before the second started (not measured)", "refused": False}
+    thread.join(timeout=900)
+    model = first.get("model")
+    kept, _, _ = committed_rows(store, traces, run_id)
+    full = collections.Counter(range(TRAIN_ROWS))
+    skipped = sum(sum((full - kept.get(e, collections.Counter())).values()) for e in range(EPOCHS))
+    repeated = sum(sum((kept.get(e, collections.Counter()) - full).values()) for e in range(EPOCHS))
+    done = model is not None and len(model.history) == EPOCHS
+    val = model.history[-1]["val_loss"] if done else float("nan")
+    row.update({"row": "two jobs on one runId", "silent_hang": thread.is_alive(),
+                "lost": not (done and row["refused"]) or skipped > 0 or repeated > 0,
+                "model": f"first: {len(model.history) if model else 0}/{EPOCHS} epochs, rows skipped {skipped}, "
+                         f"repeated {repeated}, val_loss {val:.4f} (clean {clean_val:.4f})"})
+    return row
+
+
+def _two_preprocess_one_output(spark, raw: str, base: Path) -> Dict[str, Any]:
+    """Two real preprocess jobs on one output.path: the second is refused, the first commits a readable dataset."""
+    from sparktrain.config import parse_config
+    from sparktrain.data.lease import lease_path
+    from sparktrain.data.manifest import read_manifest
+    from sparktrain.job import run_preprocess
+
+    out = base / "shared_output"
+    cfg = parse_config({"name": "shared", "data": {"source": raw, "label": "label"},
+                        "features": [{"name": "a", "type": "numeric"}, {"name": "b", "type": "numeric"}],
+                        "output": {"path": str(out)}})
+    first: Dict[str, Any] = {}
+
+    def first_job() -> None:
+        try:
+            first["result"] = run_preprocess(spark, cfg)
+        except Exception as exc:  # reported in the row
+            first["error"] = exc
+
+    thread = threading.Thread(target=first_job, daemon=True)
+    thread.start()
+    started = _wait_until(lambda: os.path.exists(lease_path(str(out))) or not thread.is_alive())
+    row = _second_job_refused(lambda: run_preprocess(spark, cfg), str(out), "output.path") \
+        if started and thread.is_alive() else \
+        {"outcome": "the first job ended before the second started (not measured)", "refused": False}
+    thread.join(timeout=900)
+    result = first.get("result")
+    readable = False
+    if result is not None:
+        manifests = {s: read_manifest(str(out / s)) for s in ("train", "validation", "test")}
+        readable = all(m is not None and m["num_rows"] == result.row_counts[s] for s, m in manifests.items())
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    clean = result is not None and left == sorted(["_manifest.json", Path(result.generation).name])
+    row.update({"row": "two preprocess, one output", "silent_hang": thread.is_alive(),
+                "lost": not (readable and clean and row["refused"]),
+                "model": f"first: {sum(result.row_counts.values()) if result else 0} rows committed, "
+                         f"{'readable' if readable else 'NOT readable'}; output holds {left}"})
+    return row
+
+
 def _progress_clients(ranks: int = 300, cut_s: float = 9.0, timeout: float = 8.0) -> Dict[str, Any]:
     """``ranks`` simulated ranks against one progress server, every connection cut for ``cut_s`` > ``timeout``."""
     import io
@@ -409,6 +515,8 @@ def main(argv: List[str]) -> int:
     rows.append(_s3_kill(s3, path, traces, clean_val))
     rows.append(_torn_checkpoint(path, store, traces, clean_val))
     rows.append(_disk_full(base))
+    rows.append(_two_fits_one_run(path, store, traces, clean_val))
+    rows.append(_two_preprocess_one_output(spark, raw, base))
     rows.append(_progress_clients())
     overhead = None if args.no_flights else _overhead(spark, base, args.repeats)
 

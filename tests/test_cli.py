@@ -249,7 +249,9 @@ def test_preprocess_a_csv_with_a_string_label_na_nulls_and_no_key(tmp_path):
     assert rc == 0, err
     assert "no data.key: a row's split is a hash of its columns city, rooms, price, grade" in err
     assert "6 of 300 rows have a null label and are dropped" in err
-    root = tmp_path / "work" / "houses" / "dataset"  # output.path follows the job name
+    from sparktrain.data.commit import resolve
+
+    root = Path(resolve(str(tmp_path / "work" / "houses" / "dataset")))  # output.path follows the job name
     meta = json.loads((root / "features.json").read_text())
     assert meta["key"] is None
     assert {k: meta["label"][k] for k in ("column", "source_dtype", "dtype", "task", "vocabulary", "num_classes")} \

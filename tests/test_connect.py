@@ -69,14 +69,17 @@ def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sam
     rc, out, err = _sparktrain(tmp_path, "preprocess", config, "--master", connect_url, *sets)
     assert rc == 0, err[-3000:]
     assert "SparkSession ready: master local[2]" in err  # the client reads the server's master
-    remote = json.loads((tmp_path / "dataset" / "features.json").read_text())
+    from sparktrain.data.commit import resolve
+    from sparktrain.data.manifest import committed_files
+
+    remote = json.loads((Path(resolve(str(tmp_path / "dataset"))) / "features.json").read_text())
 
     # the same job on the classic local session: the same splits and the same fitted values
     cfg = load_config(config, overrides=overrides)
     local = materialize(spark, replace(cfg, output=replace(cfg.output, path=str(tmp_path / "local"))))
     for split, rows in local.row_counts.items():
         assert remote["dataset"]["splits"][split]["rows"] == rows
-        got, want = (pq.read_table(str(root / split)).sort_by("flight_id")
+        got, want = (pq.read_table(committed_files(str(root / split))).sort_by("flight_id")
                      for root in (tmp_path / "dataset", tmp_path / "local"))
         assert got.schema == want.schema and got.equals(want), split  # the same rows, features and values
     _assert_close(remote["features"], local.features["features"])
@@ -104,7 +107,7 @@ def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sam
     rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/connect-model@champion", "--input", sample,
                                "--output", tmp_path / "scored", "--tracking-uri", tracking, "--master", connect_url)
     assert rc == 0, err[-3000:]
-    scored = pq.read_table(str(tmp_path / "scored"))
+    scored = pq.read_table(committed_files(str(tmp_path / "scored")))
     assert scored.num_rows == flights_sample.count()
     probability = scored.column("probability").to_numpy()
     assert ((probability > 0) & (probability < 1)).all()

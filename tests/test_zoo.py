@@ -84,7 +84,10 @@ def run_and_score(name, raw_root, work, *overrides):
     out_score = _sparktrain(work, "score", "--model", f"models:/{model_name}@champion", "--input", raw,
                             "--output", scored_path, "--tracking-uri", uri, *options)
     assert f"scored {len(zoo_data.frame(name)):,} rows" in out_score, out_score
-    return out, pd.read_parquet(scored_path), uri, model_name
+    from sparktrain.data.manifest import committed_files
+
+    return out, pd.concat([pd.read_parquet(f) for f in committed_files(str(scored_path))],
+                          ignore_index=True), uri, model_name
 
 
 def _set(key, value):

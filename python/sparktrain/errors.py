@@ -239,10 +239,13 @@ class OutputNotOwnedError(SparktrainError, FileExistsError):
         How many entries it holds in all.
     markers : iterable of str
         The marker names that would have made it sparktrain's.
+    not_ours : iterable of str
+        Files named like a marker whose content is not sparktrain's (not its
+        format name or an unknown version).
     """
 
     def __init__(self, path: str, what: str, entries: Iterable[str], total: int,
-                 markers: Iterable[str] = ("features.json", "_manifest.json")) -> None:
+                 markers: Iterable[str] = ("features.json", "_manifest.json"), not_ours: Iterable[str] = ()) -> None:
         self.path = path
         self.what = what
         self.entries = list(entries)
@@ -252,6 +255,9 @@ class OutputNotOwnedError(SparktrainError, FileExistsError):
         if total > len(self.entries):
             shown = f"{', '.join(self.entries)} and {total - len(self.entries)} more"
         marks = " or ".join(markers)
+        fakes = list(not_ours)
+        if fakes:
+            marks += f"; its {' and '.join(fakes)} is not sparktrain's: not its format name or a version it knows"
         super().__init__(
             f"{what} '{path}' holds {shown}, and no sparktrain marker ({marks}): sparktrain replaces only a "
             f"folder it wrote, or an empty one, so nothing was written or deleted. Fix: choose an empty or new "
@@ -259,6 +265,41 @@ class OutputNotOwnedError(SparktrainError, FileExistsError):
 
     def __str__(self) -> str:  # OSError would otherwise format (errno, strerror)
         return str(self.args[0])
+
+
+class LeaseHeldError(SparktrainError, RuntimeError):
+    """Another job holds the lease on a run or an output (:mod:`sparktrain.data.lease`).
+
+    Parameters
+    ----------
+    what : str
+        What names the target (``runId``, ``output.path``, ``--output``).
+    target : str
+        The run's folder or the output path.
+    lease : str
+        The lease file.
+    holder : dict
+        ``host``, ``pid`` and ``started_at`` of the job that holds it.
+    age : float
+        Seconds since its last heartbeat.
+    stale_after : float
+        Seconds without a heartbeat after which a lease is taken over.
+    """
+
+    def __init__(self, what: str, target: str, lease: str, holder: dict, age: float, stale_after: float) -> None:
+        from sparktrain._internal.secrets import mask_value
+
+        self.what, self.target, self.lease = what, target, lease
+        self.holder = dict(holder)
+        self.age, self.stale_after = age, stale_after
+        who = (f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, started "
+               f"{holder.get('started_at', '?')}")
+        super().__init__(
+            f"{what} '{mask_value(target)}' is in use by another job ({who}; last heartbeat {age:.0f} s ago), so "
+            f"this job was refused and wrote nothing. Fix: wait for that job to finish, or use another {what}. If "
+            f"that job is gone (killed, its host lost), its lease is taken over automatically once it has sent no "
+            f"heartbeat for {stale_after:.0f} s; to take over at once, delete the lease file "
+            f"'{mask_value(lease)}' after making sure that process is not running")
 
 
 class OutputOverlapError(ConfigError):

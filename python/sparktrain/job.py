@@ -243,7 +243,10 @@ def _stage(tracker: Any, name: str):
 
 
 def _dataset_path(preprocess: Any, cfg: JobConfig) -> str:
-    return preprocess.path if preprocess is not None else cfg.output.path
+    """The dataset's committed generation (:func:`sparktrain.data.commit.resolve`), or the path of an older layout."""
+    from sparktrain.data.commit import resolve
+
+    return resolve(preprocess.path if preprocess is not None else cfg.output.path)
 
 
 def check_scale(data: DataConfig) -> None:
@@ -280,8 +283,11 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
     from sparktrain.train.evaluate import baseline_name, estimator_from_config, evaluate_model, mllib_baseline
     from sparktrain.train.inputs import exists
 
+    from sparktrain.data.commit import resolve
+
     if cfg.train is None:
         raise ConfigError("train", None, "add a train: section to the job config to train a model")
+    dataset_path = resolve(dataset_path)  # a committed output: its generation (what every later read uses)
     t0 = time.perf_counter()
     est = estimator_from_config(cfg.train, cfg.data.label, run_id=run_id).setCallbacks(list(callbacks))
     model = est.fit(dataset_path)

@@ -184,15 +184,25 @@ def verify(base: Path) -> dict:
                 sources.append(json.loads(d.dataset.source)["path"])
     check(sources and all(s == str(base / "raw") for s in sources),
           f"lineage: the runs' source inputs are {sources}, expected {base / 'raw'}")
-    features = json.loads((base / "dataset" / "features.json").read_text())
+    features = json.loads((_committed(base / "dataset") / "features.json").read_text())
     lineage = features.get("dataset", {}).get("sources") or []
     check(len(lineage) == 1 and lineage[0].get("files") == 1 and lineage[0].get("digest"),
           f"features.json dataset.sources: {lineage}")
-    scored = pq.read_table(base / "scored")
+    scored = pq.read_table(_committed(base / "scored"))
     check(scored.num_rows == ROWS and "probability" in scored.column_names and "prediction" in scored.column_names,
           f"scored output: {scored.num_rows} rows, columns {scored.column_names}")
     return {"test_auc": round(metrics["test_auc"], 4), "registered": f"{MODEL} v{mv.version} @champion",
             "lineage_runs": len(sources)}
+
+
+def _committed(path: Path) -> Path:
+    """The generation a sparktrain commit record names (sparktrain.data.commit), or ``path`` (older layouts)."""
+    record = path / "_manifest.json"
+    if record.is_file():
+        body = json.loads(record.read_text())
+        if body.get("format") == "sparktrain.commit/1":
+            return path / body["path"]
+    return path
 
 
 if __name__ == "__main__":

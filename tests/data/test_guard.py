@@ -90,22 +90,33 @@ def test_overwrite_false_refuses_even_a_sparktrain_folder_before_any_job(spark, 
     assert (out / "features.json").read_text() == "{}"
 
 
-def test_an_empty_folder_is_filled_and_a_sparktrain_dataset_is_replaced(spark, flights_sample, tmp_path):
+def test_an_empty_folder_is_filled_and_a_sparktrain_dataset_is_replaced(spark, flights_sample, tmp_path,
+                                                                        monkeypatch):
+    """Through a filesystem that cannot move a directory (as S3): the commit protocol never renames one."""
     from sparktrain.features.materialize import materialize
     from sparktrain.features.spec import parse_features
+
+    from tests._nomove import no_directory_moves
+
+    nomove = no_directory_moves(monkeypatch)
 
     out = tmp_path / "dataset"
     out.mkdir()
     cfg = replace(_cfg(out), features=parse_features([{"name": "distance", "type": "numeric"}]))
     first = materialize(spark, cfg, flights_sample)
-    assert sorted(p.name for p in out.iterdir()) == ["features.json", "pipeline_model", "test", "train", "validation"]
+    gen = Path(first.generation)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", gen.name])  # the record + generation
+    assert sorted(p.name for p in gen.iterdir()) == ["_generation.json", "features.json", "pipeline_model", "test",
+                                                     "train", "validation"]
     assert [f["name"] for f in first.features["features"]] == ["distance"]
     cfg = replace(cfg, features=parse_features([{"name": "distance", "type": "numeric"},
                                                 {"name": "dep_delay", "type": "numeric"}]))
-    materialize(spark, cfg, flights_sample)  # features.json marks it as sparktrain's: replaced
-    meta = json.loads((out / "features.json").read_text())
+    second = materialize(spark, cfg, flights_sample)  # the commit record marks it as sparktrain's: replaced
+    meta = json.loads((Path(second.generation) / "features.json").read_text())
     assert [f["name"] for f in meta["features"]] == ["distance", "dep_delay"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging or old copy left
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", Path(second.generation).name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging, old copy or lease left
+    assert nomove.refused == [] and nomove.moves == []  # not a folder, not even a file was renamed
 
 
 # ---------------------------------------------------------------- where the folder is
@@ -218,7 +229,7 @@ def test_atomic_dir_refuses_a_user_folder_on_entry_and_before_the_swap(tmp_path)
     assert _intact(user)
     ours = tmp_path / "ours"
     ours.mkdir()
-    (ours / "_manifest.json").write_text("{}")
+    (ours / "_manifest.json").write_text(json.dumps({"format_version": 1, "files": []}))
     with pytest.raises(OutputNotOwnedError, match="holds notes/ and report.pdf"):
         with atomic_dir(str(ours)) as staging:
             Path(staging).mkdir()

@@ -68,7 +68,8 @@ def test_atomic_dir(tmp_path):
         assert os.path.basename(staging).startswith(".out.staging-") and not os.path.exists(staging)
         os.makedirs(staging)
         (tmp_path / os.path.basename(staging) / "f.txt").write_text("one")
-        (tmp_path / os.path.basename(staging) / MANIFEST_NAME).write_text("{}")  # sparktrain's: replaceable
+        (tmp_path / os.path.basename(staging) / MANIFEST_NAME).write_text(  # sparktrain's: replaceable
+            json.dumps({"format_version": 1, "files": []}))
         assert not final.exists()
     assert (final / "f.txt").read_text() == "one"
     # failure: nothing left, the old copy intact

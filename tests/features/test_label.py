@@ -7,6 +7,8 @@ import logging
 import math
 import re
 
+from pathlib import Path
+
 import pytest
 from sparktrain.config import parse_config
 from sparktrain.errors import ConfigError, DataError, SchemaError
@@ -68,7 +70,7 @@ def test_label_types_are_encoded_and_described(spark, raw, tmp_path, label, trai
     from sparktrain.features.materialize import materialize
 
     result = materialize(spark, _cfg(tmp_path / "ds", label, train=train), raw, stage_input=False)
-    entry = json.loads((tmp_path / "ds" / "features.json").read_text())["label"]
+    entry = json.loads(Path(result.features_json).read_text())["label"]
     assert entry["column"] == label and entry["task"] == task and entry["dtype"] == dtype
     assert entry["vocabulary"] == vocabulary and entry["num_classes"] == num_classes
     assert entry["class_counts"] == counts

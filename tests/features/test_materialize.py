@@ -41,9 +41,15 @@ def result(spark, sample_dir, tmp_path_factory):
 
 
 def test_layout_counts_manifests_and_features_json(result, flights_sample):
-    root = Path(result.path)
-    assert sorted(p.name for p in root.iterdir()) == ["features.json", "pipeline_model", "test", "train", "validation"]
-    assert not [p for p in root.parent.iterdir() if ".staging-" in p.name]
+    gen = Path(result.generation)  # the committed generation, named by the commit record written last
+    assert sorted(p.name for p in Path(result.path).iterdir()) == sorted(["_manifest.json", gen.name])
+    record = json.loads((Path(result.path) / "_manifest.json").read_text())
+    assert record["format"] == "sparktrain.commit/1" and record["path"] == gen.name and record["kind"] == "preprocess"
+    assert record["rows"] == dict(result.row_counts)
+    assert sorted(p.name for p in gen.iterdir()) == ["_generation.json", "features.json", "pipeline_model", "test",
+                                                     "train", "validation"]
+    assert sorted(p.name for p in Path(result.path).parent.iterdir()) == ["dataset"]  # no staging, no lease left
+    root = gen
     total = flights_sample.count()
     assert sum(result.row_counts.values()) == total
     for split, frac in (("train", 0.8), ("validation", 0.1), ("test", 0.1)):
@@ -108,14 +114,15 @@ def test_failure_after_staging_leaves_the_previous_dataset_untouched(spark, flig
 
     out = tmp_path / "dataset"
     out.mkdir()
-    (out / "features.json").write_text("previous run")  # an earlier dataset: replaceable, kept on failure
+    previous = json.dumps({"format": "sparktrain.features/1", "run": "previous"})
+    (out / "features.json").write_text(previous)  # an earlier dataset (older layout): replaceable, kept on failure
     # passes the checks, then the vocabulary limit stops the fit (halfway: input staged, nothing fitted)
     cfg = _cfg(out, features=[{"name": "tailnum", "type": "categorical", "min_frequency": 2, "vocab_limit": 5},
                               {"name": "distance", "type": "numeric"}])
     with pytest.raises(DataError, match="more than 5 distinct values"):
         materialize(spark, cfg, flights_sample)
-    assert [p.name for p in out.iterdir()] == ["features.json"]
-    assert (out / "features.json").read_text() == "previous run"
+    assert [p.name for p in out.iterdir()] == ["features.json"]  # the new generation went, the old data stayed
+    assert (out / "features.json").read_text() == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset"]  # no staging folder left behind
 
 

@@ -129,6 +129,9 @@ def test_preprocess_24x_flights_under_a_512m_heap(spark, flights_sample, tmp_pat
     from pyspark.ml import PipelineModel
     from pyspark.sql import functions as F
 
+    from sparktrain.data.commit import resolve
+
+    out = Path(resolve(str(out)))  # the committed generation
     model = PipelineModel.load(str(out / "pipeline_model"))
     raw = flights_sample.withColumn("flight_id", F.concat("flight_id", F.lit("#0")))  # replica 0 = original rows
     written = spark.read.parquet(*[str(out / s) for s in ("train", "validation", "test")])

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import yaml
 
+from sparktrain.data.manifest import committed_files
 from sparktrain.errors import MissingColumnError, ModelNotFoundError
 from tests._sweep import SECRETS
 
@@ -128,7 +129,7 @@ def test_artifacts(job, tmp_path):
     from mlflow.artifacts import download_artifacts
 
     parent, children = _runs(job)
-    client, dataset = job["client"], job["result"].preprocess.path
+    client = job["client"]
     assert _artifacts(client, parent.info.run_id) == ["config/job.yaml"]
     cfg_file = download_artifacts(run_id=parent.info.run_id, artifact_path="config/job.yaml", dst_path=str(tmp_path))
     saved = yaml.safe_load(Path(cfg_file).read_text())
@@ -140,7 +141,7 @@ def test_artifacts(job, tmp_path):
                                                 "manifests/train/_manifest.json",
                                                 "manifests/validation/_manifest.json"]
     got = download_artifacts(run_id=pre, artifact_path="features/features.json", dst_path=str(tmp_path))
-    assert json.loads(Path(got).read_text()) == json.loads(Path(dataset, "features.json").read_text())
+    assert json.loads(Path(got).read_text()) == json.loads(Path(job["result"].preprocess.features_json).read_text())
 
     train = children["train"].info.run_id
     assert {"history.json", "plots/learning_curve.png", "plots/roc_curve.png",
@@ -156,7 +157,7 @@ def test_confusion_matrix_counts_the_test_split(job, spark):
     from sparktrain.track.plots import histogram_auc, test_score_summary
 
     model, dataset = job["result"].train.model, job["result"].preprocess.path
-    summary = test_score_summary(model, spark.read.parquet(os.path.join(dataset, "test")))
+    summary = test_score_summary(model, spark.read.parquet(*committed_files(os.path.join(dataset, "test"))))
     assert summary.rows == job["result"].preprocess.row_counts["test"]
     assert summary.pos.sum() + summary.neg.sum() == summary.rows
     assert histogram_auc(summary.pos, summary.neg) == pytest.approx(job["result"].train.test["test_auc"], abs=2e-3)
@@ -165,6 +166,7 @@ def test_confusion_matrix_counts_the_test_split(job, spark):
 
 
 def test_dataset_lineage(job):
+    from sparktrain.data.commit import resolve
     from sparktrain.data.manifest import read_manifest
 
     parent, children = _runs(job)
@@ -191,7 +193,8 @@ def test_dataset_lineage(job):
             ds = inputs[context]
             assert ds.digest == manifest["digest"][:32]
             assert json.loads(ds.profile)["num_rows"] == manifest["num_rows"]
-            assert json.loads(ds.source)["path"] == os.path.abspath(os.path.join(dataset, split))
+            # the committed generation's split: the exact files trained on, never rewritten in place
+            assert json.loads(ds.source)["path"] == os.path.abspath(resolve(os.path.join(dataset, split)))
             names = [c["name"] for c in json.loads(ds.schema)["mlflow_colspec"]]
             assert names == [c["name"] for c in manifest["schema"]]
 
@@ -232,16 +235,16 @@ def test_scoring_paths_agree(job, spark, raw_rows, tmp_path):
     # (a) in Spark through spark_udf (what `sparktrain score` runs)
     out = str(tmp_path / "scored.parquet")
     assert score_path(spark, uri, raw_rows, out, tracking_uri=job["uri"]) == n
-    a = _by_key(spark.read.parquet(out).select("flight_id", "prediction", "probability").toPandas())
+    a = _by_key(spark.read.parquet(*committed_files(out)).select("flight_id", "prediction", "probability").toPandas())
     # (b) without Spark: the pyfunc model on pandas
-    meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
+    meta = json.loads(Path(job["result"].preprocess.features_json).read_text())
     cols = [c for c, _ in raw_columns(meta)]
     pdf = raw.select("flight_id", *cols).toPandas()
     b = mlflow.pyfunc.load_model(uri).predict(pdf[cols])
     b.index = pdf["flight_id"]
     b = b.sort_index()
     # (c) Spark-native: the fitted PipelineModel, then the fitted network's transform
-    features = PipelineModel.load(os.path.join(job["result"].preprocess.path, "pipeline_model")).transform(raw)
+    features = PipelineModel.load(job["result"].preprocess.pipeline_model).transform(raw)
     c = _by_key(job["result"].train.model.transform(features).select("flight_id", "prediction", "probability")
                 .toPandas())
     d = _by_key(load_spark_model(uri).transform(raw).select("flight_id", "prediction", "probability").toPandas())
@@ -259,7 +262,7 @@ def test_models_serve_over_http(job, spark, raw_rows, tmp_path):
     from sparktrain.serve.pyfunc import raw_columns
     from sparktrain.track.server import free_port, health_ok
 
-    meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
+    meta = json.loads(Path(job["result"].preprocess.features_json).read_text())
     cols = [c for c, _ in raw_columns(meta)]
     pdf = spark.read.parquet(raw_rows).select(*cols).limit(40).toPandas()
     expected = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").predict(pdf)
@@ -310,16 +313,23 @@ def test_score_input_missing_a_column(job, spark, raw_rows, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previous_one(job, spark, raw_rows, tmp_path):
+def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previous_one(job, spark, raw_rows, tmp_path,
+                                                                                       monkeypatch):
+    """Through a filesystem that cannot move a directory (as S3): the commit protocol never renames one."""
     from pyspark.sql import functions as F
 
     from sparktrain.serve.scoring import score_path
+    from tests._nomove import no_directory_moves
+
+    nomove = no_directory_moves(monkeypatch)
 
     uri, out = f"models:/{MODEL}@champion", tmp_path / "scored"
     n = score_path(spark, uri, raw_rows, str(out), tracking_uri=job["uri"])
-    manifest = json.loads((out / "_manifest.json").read_text())
+    record = json.loads((out / "_manifest.json").read_text())  # the commit record names the generation
+    assert (record["format"], record["kind"], record["rows"]) == ("sparktrain.commit/1", "score", n)
+    manifest = json.loads((out / record["path"] / "_manifest.json").read_text())
     assert (manifest["written_by"], manifest["model"], manifest["num_rows"]) == ("sparktrain score", uri, n)
-    before = {p.name: p.stat().st_size for p in out.iterdir()}
+    before = {str(p.relative_to(out)): p.stat().st_size for p in out.rglob("*")}
     # a job that fails while writing: one file of the input has 'distance' as a string
     broken = tmp_path / "broken.parquet"
     spark.read.parquet(raw_rows).write.parquet(str(broken))
@@ -327,15 +337,17 @@ def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previo
         .write.mode("append").parquet(str(broken))
     with pytest.raises(Exception, match="(?i)parquet|convert|distance"):
         score_path(spark, uri, str(broken), str(out), tracking_uri=job["uri"])
-    assert {p.name: p.stat().st_size for p in out.iterdir()} == before
-    assert json.loads((out / "_manifest.json").read_text()) == manifest
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.parquet", "scored"]  # the staging folder went
+    assert {str(p.relative_to(out)): p.stat().st_size for p in out.rglob("*")} == before  # its generation went
+    assert json.loads((out / "_manifest.json").read_text()) == record
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.parquet", "scored"]  # no lease left
     # again onto its own earlier output: replaced whole
     few = tmp_path / "few.parquet"
     spark.read.parquet(raw_rows).orderBy("flight_id").limit(10).write.parquet(str(few))
     assert score_path(spark, uri, str(few), str(out), tracking_uri=job["uri"]) == 10
-    assert json.loads((out / "_manifest.json").read_text())["num_rows"] == 10
-    assert spark.read.parquet(str(out)).count() == 10
+    newer = json.loads((out / "_manifest.json").read_text())
+    assert newer["rows"] == 10 and sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", newer["path"]])
+    assert spark.read.parquet(*committed_files(str(out))).count() == 10
+    assert nomove.refused == []
 
 
 def test_score_reads_with_the_models_format_and_refuses_another_without_format(job, spark, raw_rows, tmp_path):
@@ -356,10 +368,11 @@ def test_score_reads_with_the_models_format_and_refuses_another_without_format(j
     assert "Fix: pass --format with the file's own format (csv, json, orc)" in text
     assert "Traceback" not in text and "\tat " not in text and not out.exists()
     n = score_path(spark, uri, str(as_json), str(out), fmt="json", tracking_uri=job["uri"])
-    from_json = _by_key(spark.read.parquet(str(out)).select("flight_id", "probability").toPandas())
+    from_json = _by_key(spark.read.parquet(*committed_files(str(out))).select("flight_id", "probability").toPandas())
     parquet_out = tmp_path / "scored_parquet"
     assert score_path(spark, uri, raw_rows, str(parquet_out), tracking_uri=job["uri"]) == n
-    from_parquet = _by_key(spark.read.parquet(str(parquet_out)).select("flight_id", "probability").toPandas())
+    from_parquet = _by_key(spark.read.parquet(*committed_files(str(parquet_out))).select("flight_id", "probability")
+                           .toPandas())
     np.testing.assert_allclose(from_json["probability"], from_parquet["probability"], rtol=0, atol=1e-6)
     # a catalog table or view, as data.table reads it
     spark.read.parquet(raw_rows).createOrReplaceTempView("score_rows_view")
@@ -401,11 +414,11 @@ def test_cli_scores_csv(job, spark, raw_rows, tmp_path):
     out = str(tmp_path / "scored")
     assert main(["score", "--model", f"models:/{MODEL}@champion", "--input", csv, "--output", out,
                  "--format", "csv", "--tracking-uri", job["uri"]]) == 0
-    scored = _by_key(spark.read.parquet(out).select("flight_id", "probability").toPandas())
+    scored = _by_key(spark.read.parquet(*committed_files(out)).select("flight_id", "probability").toPandas())
     pq_scored = spark.read.parquet(raw_rows)
     from sparktrain.serve.pyfunc import raw_columns
 
-    meta = json.loads(Path(job["result"].preprocess.path, "features.json").read_text())
+    meta = json.loads(Path(job["result"].preprocess.features_json).read_text())
     cols = [c for c, _ in raw_columns(meta)]
     pdf = pq_scored.select("flight_id", *cols).toPandas()
     expected = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").predict(pdf[cols])

@@ -40,7 +40,7 @@ def test_keras_job_on_sqlite(spark, flights_sample, tracking_uri, tmp_path):
 
     uri = "models:/flights-keras@champion"
     raw = flights_sample.where("abs(hash(flight_id, 11)) % 80 = 5")
-    meta = json.loads(Path(result.preprocess.path, "features.json").read_text())
+    meta = json.loads(Path(result.preprocess.features_json).read_text())
     cols = [c for c, _ in raw_columns(meta)]
     pdf = raw.select("flight_id", *cols).toPandas()
     b = mlflow.pyfunc.load_model(uri).predict(pdf[cols])

@@ -8,6 +8,8 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pathlib import Path
+
 import pytest
 
 
@@ -120,7 +122,7 @@ def test_materialize_stores_its_sources_in_features_json(spark, recorder_cls, fl
     cfg = replace(cfg, data=replace(cfg.data, source=sample, format="parquet"),
                   output=replace(cfg.output, path=str(tmp_path / "dataset")))
     result = materialize(spark, cfg)
-    meta = json.loads((tmp_path / "dataset" / "features.json").read_text())
+    meta = json.loads(Path(result.features_json).read_text())
     (source,) = meta["dataset"]["sources"]  # not the staging folder, not the splits it wrote
     assert source == result.features["dataset"]["sources"][0]
     assert (source["format"], source["paths"], source["digest"]) == ("parquet", [f"file:{sample}"],

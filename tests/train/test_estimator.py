@@ -191,7 +191,10 @@ def test_fit_accepts_a_dataframe(spark, tmp_path):
     model = _estimator(TorchEstimator, tmp_path, numWorkers=1, epochs=1).fit(df)
     assert model.inputs.numeric == ("x1", "x2")
     assert model.history[0]["val_loss"] > 0
-    assert (tmp_path / "store" / model.run_id / "data" / "train" / "_manifest.json").is_file()
+    from sparktrain.data.commit import resolve
+
+    assert os.path.isfile(os.path.join(resolve(str(tmp_path / "store" / model.run_id / "data" / "train")),
+                                       "_manifest.json"))
 
 
 def test_preflight_slots(spark, dataset, tmp_path):

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sparktrain.data.commit import resolve
 
 from sparktrain.errors import ConfigError, DataError, MissingColumnError, RunMismatchError, SchemaError
 
@@ -59,7 +60,7 @@ def test_two_fits_on_different_data_give_two_models(spark, tmp_path):
     assert _accuracy(m2, df1) < 0.7  # m2 learned df2's task, not df1's
     store = tmp_path / "store"
     for m in (m1, m2):  # each fit materialized its own DataFrame under its own run
-        assert (store / m.getRunId() / "data" / "train" / "_manifest.json").is_file()
+        assert (Path(resolve(str(store / m.getRunId() / "data" / "train"))) / "_manifest.json").is_file()
         run = json.loads((store / m.getRunId() / "run.json").read_text())
         assert run["fingerprint"]["label"] == "label"
 
@@ -71,7 +72,7 @@ def test_explicit_run_id_resumes_only_the_same_data_and_params(spark, tmp_path):
     first = est.fit(df1)
     assert first.getRunId() == "named"
     data_dir = tmp_path / "store" / "named" / "data"
-    before = sorted(p.name for p in (data_dir / "train").iterdir())
+    before = sorted(p.name for p in Path(resolve(str(data_dir / "train"))).iterdir())
 
     again = est.fit(df1)  # same data, same params: the finished run is resumed, nothing retrained
     assert again.history == first.history
@@ -85,7 +86,7 @@ def test_explicit_run_id_resumes_only_the_same_data_and_params(spark, tmp_path):
         est.copy({est.learningRate: 0.05}).fit(df1)
     with pytest.raises(RunMismatchError, match=r"params\.hidden_units: \[16\] -> \[8\]"):
         est.copy({est.hiddenUnits: [8]}).fit(df1)
-    assert sorted(p.name for p in (data_dir / "train").iterdir()) == before  # refused: nothing rewritten
+    assert sorted(p.name for p in Path(resolve(str(data_dir / "train"))).iterdir()) == before  # nothing rewritten
 
 
 @pytest.mark.torch
@@ -136,7 +137,8 @@ def test_null_labels_are_dropped_and_store_uri_is_honoured(spark, tmp_path, capl
         model = est.fit(df)
     assert f"{nulls} row(s) with a null label 'label' left out" in caplog.text
     data = tmp_path / "uri-store" / model.getRunId() / "data"
-    manifests = [json.loads((data / s / "_manifest.json").read_text()) for s in ("train", "validation")]
+    manifests = [json.loads((Path(resolve(str(data / s))) / "_manifest.json").read_text())
+                 for s in ("train", "validation")]
     assert sum(m["num_rows"] for m in manifests) == 800 - nulls
     assert not Path("file:").exists()  # the URI was not taken for a relative local path
 

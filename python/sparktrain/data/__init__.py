@@ -13,8 +13,10 @@ torch.  Names are resolved lazily on first access:
   :func:`make_torch_dataloader` (``sparktrain.data.torch``);
 * :func:`make_spark_converter` (``sparktrain.data.converter``, driver side);
 * :func:`write_parquet`, :func:`build_manifest`, :func:`write_manifest`,
-  :func:`read_manifest`, :func:`atomic_dir`, ``MANIFEST_NAME``
-  (``sparktrain.data.manifest``).
+  :func:`read_manifest`, :func:`committed_files`, :func:`atomic_dir`, ``MANIFEST_NAME``
+  (``sparktrain.data.manifest``);
+* :class:`Generation` -- commits without directory renames (``sparktrain.data.commit``);
+* :func:`claim` -- exclusive leases on a run or an output (``sparktrain.data.lease``).
 
 See ``docs/reader.md``.
 """
@@ -38,10 +40,14 @@ _EXPORTS = {
     "write_manifest": "manifest",
     "read_manifest": "manifest",
     "atomic_dir": "manifest",
+    "committed_files": "manifest",
     "MANIFEST_NAME": "manifest",
+    "Generation": "commit",
+    "claim": "lease",
 }
 
 __all__ = [
+    "Generation",
     "MANIFEST_NAME",
     "Cursor",
     "Reader",
@@ -49,6 +55,8 @@ __all__ = [
     "TorchBatchLoader",
     "atomic_dir",
     "build_manifest",
+    "claim",
+    "committed_files",
     "make_reader",
     "make_spark_converter",
     "make_tf_dataset",

@@ -1,14 +1,19 @@
 """Guarded outputs: sparktrain replaces only folders it wrote, never a user's files.
 
 Every writer that replaces a folder (``output.path`` of ``sparktrain
-preprocess``, ``sparktrain score --output``, :func:`~sparktrain.data.manifest.atomic_dir`)
+preprocess``, ``sparktrain score --output``, :class:`~sparktrain.data.commit.Generation`)
 checks two things before any Spark job:
 
 1. **What the folder holds** (:func:`check_replaceable`): nothing (absent or
    empty), or sparktrain's own marker at its top level (:data:`MARKERS`: the
    ``features.json`` of a materialized dataset, the ``_manifest.json`` of a
-   split, a :func:`~sparktrain.data.write_parquet` dataset or a scored output).
-   Anything else raises :class:`~sparktrain.errors.OutputNotOwnedError`,
+   split, a :func:`~sparktrain.data.write_parquet` dataset, a scored output or
+   a commit record of :mod:`sparktrain.data.commit`), or only generations a
+   crashed write left (``_gen-<id>/`` folders holding their ``_generation.json``).
+   A marker counts by its **content**, not its name (:func:`is_marker`): it must
+   parse as JSON and carry sparktrain's format name and a version this
+   sparktrain knows, so a user's own ``features.json`` does not make a folder
+   replaceable.  Anything else raises :class:`~sparktrain.errors.OutputNotOwnedError`,
    naming the folder, a few of its entries and the fix.
 2. **Where the folder is** (:func:`check_output_location`): never ``/``, the
    current directory, the home directory or a folder holding either; never
@@ -28,6 +33,7 @@ host and normalized path.
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import urllib.parse
@@ -39,8 +45,20 @@ import pyarrow.fs as pafs
 from sparktrain.data import _fs
 from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError
 
-#: Files whose presence at a folder's top level marks it as written by sparktrain.
+#: Files whose presence at a folder's top level marks it as written by sparktrain (checked by content).
 MARKERS: Tuple[str, ...] = ("features.json", "_manifest.json")
+#: ``format`` of a commit record (:mod:`sparktrain.data.commit`).
+COMMIT_FORMAT = "sparktrain.commit/1"
+#: ``format`` of a generation's marker, and the names of both.
+GEN_FORMAT = "sparktrain.generation/1"
+GEN_PREFIX = "_gen-"
+GEN_MARKER = "_generation.json"
+#: ``format`` of ``features.json`` (:data:`sparktrain.features.metadata.FORMAT`; that module sits above this layer).
+FEATURES_FORMAT = "sparktrain.features/1"
+#: Highest ``format_version`` of a dataset ``_manifest.json`` (:data:`sparktrain.data.manifest.FORMAT_VERSION`).
+MANIFEST_VERSION = 1
+#: Bytes of a marker read at most (a marker is small; a huge file of that name is not ours).
+_MARKER_MAX_BYTES = 64 << 20
 #: Entries of a refused folder that its error names.
 SHOWN_ENTRIES = 5
 _GLOB = "*?[{"
@@ -101,12 +119,58 @@ def _entries(fs: pafs.FileSystem, inner: str) -> List[pafs.FileInfo]:
     return sorted(fs.get_file_info(pafs.FileSelector(inner, recursive=False)), key=lambda f: f.base_name)
 
 
+def is_marker(name: str, body: object) -> bool:
+    """Whether parsed JSON ``body`` of a file called ``name`` is sparktrain's marker (format and known version).
+
+    ``features.json``: ``format`` is ``sparktrain.features/1``.  ``_manifest.json``:
+    a commit record (``format`` ``sparktrain.commit/1``) or a dataset manifest
+    (an integer ``format_version`` from 1 to the newest known, and a ``files`` list).
+    ``_generation.json``: ``format`` ``sparktrain.generation/1``.
+    """
+    if not isinstance(body, dict):
+        return False
+    if name == "features.json":
+        return body.get("format") == FEATURES_FORMAT
+    if name == "_manifest.json":
+        if body.get("format") == COMMIT_FORMAT:
+            return isinstance(body.get("path"), str) and body["path"].startswith(GEN_PREFIX)
+        version = body.get("format_version")
+        return (isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= MANIFEST_VERSION
+                and isinstance(body.get("files"), list))
+    if name == GEN_MARKER:
+        return body.get("format") == GEN_FORMAT
+    return False
+
+
+def _read_marker(fs: pafs.FileSystem, path: str, name: str, size: Optional[int]) -> bool:
+    if size is not None and size > _MARKER_MAX_BYTES:
+        return False
+    try:
+        with fs.open_input_stream(path) as f:
+            body = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return is_marker(name, body)
+
+
+def _owned_generation(fs: pafs.FileSystem, entry: pafs.FileInfo) -> bool:
+    """A ``_gen-<id>/`` folder holding its generation marker (what a write that did not commit leaves)."""
+    if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(GEN_PREFIX):
+        return False
+    marker = entry.path.rstrip("/") + "/" + GEN_MARKER
+    info = fs.get_file_info(marker)
+    return info.type == pafs.FileType.File and _read_marker(fs, marker, GEN_MARKER, info.size)
+
+
 def check_replaceable(path: str, what: str = "output.path", *, markers: Optional[Sequence[str]] = MARKERS,
-                      overwrite: bool = True, filesystem: Optional[pafs.FileSystem] = None) -> None:
+                      overwrite: bool = True, filesystem: Optional[pafs.FileSystem] = None,
+                      shown_as: Optional[str] = None) -> None:
     """Refuse to replace a folder that sparktrain did not write.
 
     Accepted: ``path`` does not exist, is an empty folder, or (with
-    ``overwrite``) is a folder with one of ``markers`` at its top level.
+    ``overwrite``) is a folder with one of ``markers`` at its top level whose
+    content is sparktrain's (:func:`is_marker`), or that holds only
+    generations a write left before its commit (``_gen-<id>/`` with its marker).
 
     Parameters
     ----------
@@ -122,11 +186,14 @@ def check_replaceable(path: str, what: str = "output.path", *, markers: Optional
         :class:`~sparktrain.errors.DatasetExistsError`.
     filesystem : pyarrow.fs.FileSystem, optional
         When given, ``path`` is a path inside it.
+    shown_as : str, optional
+        How to name ``path`` in messages (default: ``path``).
 
     Raises
     ------
     OutputNotOwnedError
-        ``path`` is a file, or a folder with other content and no marker.
+        ``path`` is a file, or a folder with other content and no valid marker
+        (a file named like a marker whose content is not sparktrain's is no marker).
     DatasetExistsError
         ``path`` exists and ``overwrite`` is False.
 
@@ -139,6 +206,7 @@ def check_replaceable(path: str, what: str = "output.path", *, markers: Optional
     info = _fs.info(fs, inner)
     if info.type == pafs.FileType.NotFound:
         return
+    path = shown_as or path
     if not overwrite:
         raise DatasetExistsError(f"{what} '{path}' already exists and overwrite is off (output.overwrite: false). "
                                  f"Fix: choose a new folder, delete '{path}' yourself, or set output.overwrite: true")
@@ -149,10 +217,14 @@ def check_replaceable(path: str, what: str = "output.path", *, markers: Optional
     entries = _entries(fs, inner)
     if not entries:
         return
-    if any(e.base_name in markers and e.type == pafs.FileType.File for e in entries):
+    for e in entries:
+        if e.base_name in markers and e.type == pafs.FileType.File and _read_marker(fs, e.path, e.base_name, e.size):
+            return
+    if all(_owned_generation(fs, e) for e in entries):
         return
     names = [e.base_name + ("/" if e.type == pafs.FileType.Directory else "") for e in entries]
-    raise OutputNotOwnedError(path, what, names[:SHOWN_ENTRIES], len(names), markers)
+    fakes = [n for n in names if n in markers]
+    raise OutputNotOwnedError(path, what, names[:SHOWN_ENTRIES], len(names), markers, not_ours=fakes)
 
 
 def _overlap(what: str, value: str, problem: str, fix: str) -> OutputOverlapError:
@@ -363,5 +435,6 @@ def check_job_paths(cfg: JobPaths, stages: Sequence[str] = ("preprocess", "train
         check_store_location(store, "train.store", dataset=cfg.output.path, source=source)
 
 
-__all__ = ["MARKERS", "JobPaths", "Location", "check_job_paths", "check_output_location", "check_replaceable",
+__all__ = ["COMMIT_FORMAT", "GEN_FORMAT", "GEN_MARKER", "GEN_PREFIX", "MARKERS", "JobPaths", "is_marker",
+           "Location", "check_job_paths", "check_output_location", "check_replaceable",
            "check_store_location", "locate", "mlflow_paths"]

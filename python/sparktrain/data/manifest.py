@@ -20,9 +20,12 @@ without opening every footer::
 ``digest`` identifies the content (for lineage in MLflow); it changes when any
 byte of any file changes.
 
-Writers materialize into a staging folder with :func:`atomic_dir`, which
-renames it into place only when the body finished, so a crash never leaves a
-folder that looks complete.  :func:`write_parquet` is the Spark side; it is
+Outputs are committed without renaming a directory
+(:class:`sparktrain.data.commit.Generation`): each write goes to a new
+``<path>/_gen=<id>/`` folder and a commit record, written last, names it;
+:func:`read_manifest` follows that record (:func:`sparktrain.data.commit.resolve`).
+:func:`atomic_dir` (a staging folder renamed into place) is left only for the
+converter's local cache folders.  :func:`write_parquet` is the Spark side; it is
 the only function here that touches Spark, and it imports pyspark lazily.
 """
 
@@ -42,7 +45,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from sparktrain.data import _fs, guard
+from sparktrain.data import _fs, commit, guard
 from sparktrain.errors import ConfigError, DataError, DatasetExistsError, SchemaError
 
 log = logging.getLogger(__name__)
@@ -187,9 +190,12 @@ def write_manifest(path: str, manifest: Mapping[str, Any], filesystem: pafs.File
 def read_manifest(path: str, filesystem: pafs.FileSystem | None = None) -> dict[str, Any] | None:
     """Return the manifest of the dataset at ``path``, or None when it has none.
 
+    A committed output (:mod:`sparktrain.data.commit`) is read from its
+    committed generation: ``<out>`` and ``<out>/<split>`` resolve there.
     Raises :class:`DataError` when the manifest exists but cannot be used
     (corrupt JSON or a newer ``format_version``).
     """
+    path = commit.resolve(path, filesystem)
     fs, base = _fs.resolve(path, filesystem)
     target = _fs.join(base, MANIFEST_NAME)
     if _fs.info(fs, target).type != pafs.FileType.File:
@@ -208,11 +214,30 @@ def read_manifest(path: str, filesystem: pafs.FileSystem | None = None) -> dict[
     return manifest
 
 
+def committed_files(path: str, filesystem: pafs.FileSystem | None = None) -> list[str]:
+    """The data files of the dataset at ``path`` that its committed manifest lists, in the form ``path`` has.
+
+    For Spark: ``spark.read.parquet(*committed_files(path))`` reads exactly the
+    committed generation of a sparktrain output (a plain ``spark.read.parquet(path)``
+    skips the ``_gen=`` folders, as it skips every name starting with ``_``).
+    A dataset without a manifest gives ``[path]`` (its folder, read as Spark reads it).
+    """
+    resolved = commit.resolve(path, filesystem)
+    manifest = read_manifest(resolved, filesystem)
+    if manifest is None:
+        return [resolved]
+    return [_fs.join(resolved.rstrip("/"), e["path"]) for e in manifest["files"]]
+
+
 @contextlib.contextmanager
 def atomic_dir(final_path: str, overwrite: bool = True,
                filesystem: pafs.FileSystem | None = None, *,
                owned: Sequence[str] | None = guard.MARKERS) -> Iterator[str]:
-    """Materialize a directory atomically: write into staging, rename on success.
+    """Materialize a directory atomically: write into staging, rename on success (local caches only).
+
+    Outputs on any filesystem use :class:`sparktrain.data.commit.Generation`
+    instead, which never moves a directory; this is kept for the converter's
+    cache folders, which are local.
 
     Yields a staging path next to ``final_path``
     (``<parent>/.<name>.staging-<uuid>``) that does not exist yet; the body

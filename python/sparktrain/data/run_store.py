@@ -4,7 +4,8 @@ Layout under ``<store>/<run_id>/`` (a local path or any :mod:`pyarrow.fs` URI)::
 
     run.json                        the run's fingerprint (driver, sparktrain.train.plan; the store's
                                     marker that sparktrain owns the folder)
-    data/train/ data/validation/    a DataFrame passed to fit(), materialized (driver)
+    data/_manifest.json             a DataFrame passed to fit(), materialized (driver) as a committed
+    data/_gen-<id>/train/ ...       generation (sparktrain.data.commit; no directory is renamed)
     checkpoints/ckpt-000007.ckpt    checkpoints, numbered, each one sealed object (sparktrain.data.sealed);
                                     the newest keep_checkpoints and the best stay
     checkpoints/events/*.json       the event log, one object per event (started / resumed / epoch finished
@@ -22,7 +23,9 @@ process killed halfway never leaves a file that looks complete.  On a local
 disk the file and its folder are fsynced; a failed write (a full disk)
 removes its temporary file and raises
 :class:`~sparktrain.errors.StoreWriteError` naming the path, leaving what
-was there before untouched.  :class:`RunStore` names every path of one run.
+was there before untouched.  :class:`RunStore` names every path of one run, and
+:meth:`RunStore.claim` leases it to one job (``<store>/.<run_id>.lease``,
+:mod:`sparktrain.data.lease`).
 Plain Python on pyarrow: executors import it, and it imports nothing of
 pyspark or of the driver.
 """
@@ -215,6 +218,12 @@ class RunStore:
     def checkpoint_rel(self, seq: int) -> str:
         """The relative path of checkpoint number ``seq``."""
         return self.rel(CHECKPOINTS_DIR, f"ckpt-{seq:06d}.ckpt")
+
+    def claim(self, what: str = "runId") -> Any:
+        """A :class:`~sparktrain.data.lease.Lease` on this run (``with run.claim(): ...``): one job per run."""
+        from sparktrain.data.lease import claim
+
+        return claim(self.uri(), what)
 
     # -- the run record (driver) ------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from sparktrain.data import _fs, arrays
+from sparktrain.data import _fs, arrays, commit
 from sparktrain.data.manifest import MANIFEST_NAME, check_same_schema, read_manifest
 from sparktrain.errors import DataError, SchemaError
 
@@ -41,6 +41,7 @@ class Dataset:
 
 
 def load_dataset(path: str, filesystem: pafs.FileSystem | None, require_manifest: bool) -> Dataset:
+    path = commit.resolve(path, filesystem)  # a committed output: only the files its record's generation lists
     fs, base = _fs.resolve(path, filesystem)
     fi = _fs.require(fs, base)
     manifest = read_manifest(path, filesystem) if fi.type == pafs.FileType.Directory else None

@@ -23,24 +23,36 @@
    statistics of every estimator in one wave of concurrent jobs over the train
    rows (with the checks, which raise before any model is built), then the
    models from those statistics.
-4. **write splits**: every row transformed once and written in one
-   ``partitionBy(split)`` job (row groups of ``output.row_group_rows``,
-   ``output.compression``), moved into ``train/``, ``validation/``, ``test/``
-   with a ``_manifest.json`` each, while ``pipeline_model/`` is saved
-   (:func:`sparktrain.features.persist.save_pipeline_model`); then
-   ``features.json``.
+4. **write splits**: every row transformed once, one Spark job per split
+   (a filter on the split column, pruned to that split's partition of the
+   staged input), written straight to ``train/``, ``validation/``, ``test/``
+   of the new generation (row groups of ``output.row_group_rows``,
+   ``output.compression``) with a ``_manifest.json`` each, while
+   ``pipeline_model/`` is saved (:func:`sparktrain.features.persist.save_pipeline_model`);
+   then ``features.json``.
 
-Everything goes to a staging folder that :func:`sparktrain.data.manifest.atomic_dir`
-renames to ``output.path`` only at the end, so a failed run (a bad label, a
-bad value) leaves nothing at ``output.path``.  Before step 1,
+Nothing is renamed (object stores cannot move a directory): everything goes
+to a new generation folder inside ``output.path``, and the commit record,
+written last, makes it the dataset (:class:`sparktrain.data.commit.Generation`).
+A failed or killed run leaves the previous dataset committed and readable;
+the next run removes what it left.  Before step 1,
 :func:`sparktrain.data.guard.check_job_paths` refuses an ``output.path``
-that holds anything but an earlier dataset (``features.json``) or nothing,
-or that overlaps the input, the store or the MLflow store.  Layout::
+that holds anything but an earlier dataset (a ``features.json`` or
+``_manifest.json`` whose content is sparktrain's) or nothing, or that
+overlaps the input, the store or the MLflow store; and the job claims
+``output.path`` with a lease (:mod:`sparktrain.data.lease`), so a second
+job on it is refused while this one runs.  Layout::
 
     <output.path>/
-      train/ validation/ test/     Parquet + _manifest.json
-      pipeline_model/               the fitted PipelineModel (PipelineModel.load)
-      features.json                 see sparktrain.features.metadata
+      _manifest.json                the commit record: names the generation
+      _gen-<id>/
+        train/ validation/ test/    Parquet + _manifest.json
+        pipeline_model/             the fitted PipelineModel (PipelineModel.load)
+        features.json               see sparktrain.features.metadata
+
+Readers resolve ``<output.path>`` and ``<output.path>/train`` to the committed
+generation (:func:`sparktrain.data.commit.resolve`); a dataset written in the
+earlier layout (the same folders at the top level) is read as it is.
 
 ``features.json``'s ``dataset.sources`` lists the files and tables the job
 read (format, paths, file count, bytes, a digest of the listing), as the
@@ -50,7 +62,6 @@ lineage listener of :mod:`sparktrain.jvm` saw them; absent without it.
 from __future__ import annotations
 
 import logging
-import os
 import posixpath
 import time
 from contextlib import contextmanager
@@ -74,7 +85,6 @@ SPLITS = ("train", "validation", "test")
 SPLIT_COLUMN = "sparktrain_split"
 PIPELINE_DIR = "pipeline_model"
 RAW_DIR = "staged_input"  # no leading "_" or ".": Spark ignores such a path given to spark.read
-SPLITS_DIR = "_splits"
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,8 @@ class PreprocessResult:
         Path of ``features.json``.
     pipeline_model : str
         Path of the saved ``PipelineModel``.
+    generation : str
+        The committed generation's folder (``<path>/_gen-<id>``).
     timings : mapping
         Seconds per step, and ``total``.
     features : mapping
@@ -106,10 +118,11 @@ class PreprocessResult:
     pipeline_model: str
     timings: Mapping[str, float]
     features: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    generation: str = ""
 
     def split_path(self, split: str) -> str:
-        """Folder of one split's Parquet files."""
-        return posixpath.join(self.path, split)
+        """Folder of one split's Parquet files (inside the committed generation)."""
+        return posixpath.join(self.generation or self.path, split)
 
 
 def split_expression(key: Optional[str], split: SplitConfig, columns: Sequence[str] = ()) -> str:
@@ -189,8 +202,9 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
+    from sparktrain.data.commit import Generation
     from sparktrain.data.guard import check_job_paths
-    from sparktrain.data.manifest import atomic_dir
+    from sparktrain.data.lease import claim
     from sparktrain.jvm import LineageRecorder
 
     t_start = time.perf_counter()
@@ -222,7 +236,9 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
     checks = validation_sql(types, specs, key, label, distinct=False)  # the fit counts vocabularies exactly
     checks += [f"count_if({SPLIT_COLUMN} = '{s}' AND {quote(label)} IS NOT NULL) AS split_{s}" for s in SPLITS]
     tagged = df.selectExpr(*[quote(c) for c in needed], f"{split_sql} AS {SPLIT_COLUMN}")
-    with atomic_dir(out.path, overwrite=out.overwrite) as staging, LineageRecorder(spark) as lineage:
+    with claim(out.path, "output.path"), Generation(out.path, "output.path", overwrite=out.overwrite) as gen, \
+            LineageRecorder(spark) as lineage:
+        staging = gen.uri
         raw = posixpath.join(staging, RAW_DIR)
         counts: Dict[str, int] = {}
 
@@ -273,64 +289,59 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
         sources = lineage.sources(exclude=[staging, out.path])
         if sources is not None:  # what the source's files were (the lineage listener: sparktrain.jvm)
             meta["dataset"]["sources"] = mask_strings(sources)
+        meta["dataset"]["generation"] = gen.id
         _write_text(posixpath.join(staging, md.FILE_NAME), md.dumps(meta))
         if stage_input:
             _delete_dir(raw)
+        gen.commit({"kind": "preprocess", "rows": {s: manifests[s]["num_rows"] for s in SPLITS}})
     timings["total"] = time.perf_counter() - t_start
     result = PreprocessResult(
         path=out.path, row_counts={s: manifests[s]["num_rows"] for s in SPLITS}, manifests=manifests,
-        features_json=posixpath.join(out.path, md.FILE_NAME),
-        pipeline_model=posixpath.join(out.path, PIPELINE_DIR), timings=dict(timings), features=meta)
+        features_json=posixpath.join(staging, md.FILE_NAME),
+        pipeline_model=posixpath.join(staging, PIPELINE_DIR), timings=dict(timings), features=meta,
+        generation=staging)
     log.info("preprocess: wrote %s in %.1f s", out.path, timings["total"])
     return result
 
 
 def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) -> Dict[str, Dict[str, Any]]:
-    """Transform every row once and write the splits as one partitioned Spark job, saving the model meanwhile.
+    """Transform the rows and write each split straight to ``<staging>/<split>``, saving the model meanwhile.
 
-    The split column passes through the final stage (a copy of it that also
-    keeps ``sparktrain_split``; the saved model is ``model`` itself),
-    Spark writes ``_splits/sparktrain_split=<split>/``, and each folder is
-    renamed to ``<split>/`` inside the staging folder.  A split with no rows
-    gets an empty file that carries the schema.  Then one manifest per split.
+    ``staging`` is the new generation's folder; nothing is moved afterwards.
+    One Spark job per split (the split column is a partition of the staged
+    input, so each job reads only its split's rows, and every row is
+    transformed once).  A split with no rows gets an empty file that carries
+    the schema.  Then one manifest per split.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    import pyarrow.fs as pafs
     from sparktrain._internal.spark_compat import inheritable_target
-    from pyspark.ml import PipelineModel
 
+    from sparktrain.data import _fs as dfs
     from sparktrain.data.manifest import build_manifest, estimate_row_bytes, parquet_writer, write_manifest
     from sparktrain.features.persist import save_pipeline_model
 
-    assembler = model.stages[-1]
-    passing = PipelineModel(stages=[*model.stages[:-1],
-                                    assembler.copy({assembler.passThroughCols: [SPLIT_COLUMN]})])
-    scored = passing.transform(data)
-    width = estimate_row_bytes(scored.drop(SPLIT_COLUMN).schema)
-    parts = posixpath.join(staging, SPLITS_DIR)
+    scored = model.transform(data)
+    width = estimate_row_bytes(scored.schema)
     inherit = inheritable_target(spark)
+    manifests = {}
     with ThreadPoolExecutor(1) as pool:
         saved = pool.submit(inherit(save_pipeline_model), model, posixpath.join(staging, PIPELINE_DIR))
-        (parquet_writer(scored, out.row_group_rows, out.compression, row_bytes=width)
-         .partitionBy(SPLIT_COLUMN).parquet(parts))
+        for split in SPLITS:
+            target = posixpath.join(staging, split)
+            rows = model.transform(data.where(f"{quote(SPLIT_COLUMN)} = '{split}'"))
+            parquet_writer(rows, out.row_group_rows, out.compression, row_bytes=width).parquet(target)
+            fs, inner = dfs.resolve(target)
+            if not dfs.list_data_files(fs, inner):  # no rows and no file: an empty one carries the schema
+                empty = spark.createDataFrame([], scored.schema)
+                parquet_writer(empty, out.row_group_rows, out.compression, row_bytes=width) \
+                    .mode("overwrite").parquet(target)
+            manifest = build_manifest(target, extra={"split": split, "features_json": "../" + md.FILE_NAME})
+            manifest.setdefault("row_group_rows", out.row_group_rows)
+            write_manifest(target, manifest)
+            manifests[split] = manifest
+            log.info("preprocess: wrote %s: %s rows", split, f"{manifest['num_rows']:,}")
         saved.result()
-    fs, staging_inner = _fs(staging)
-    manifests = {}
-    for split in SPLITS:
-        target = posixpath.join(staging, split)
-        written = posixpath.join(staging_inner, SPLITS_DIR, f"{SPLIT_COLUMN}={split}")
-        if fs.get_file_info(written).type == pafs.FileType.NotFound:  # no rows: Spark wrote no folder
-            empty = spark.createDataFrame([], scored.drop(SPLIT_COLUMN).schema)
-            parquet_writer(empty, out.row_group_rows, out.compression, row_bytes=width).parquet(target)
-        else:
-            fs.move(written, posixpath.join(staging_inner, split))
-        manifest = build_manifest(target, extra={"split": split, "features_json": "../" + md.FILE_NAME})
-        manifest.setdefault("row_group_rows", out.row_group_rows)
-        write_manifest(target, manifest)
-        manifests[split] = manifest
-        log.info("preprocess: wrote %s: %s rows", split, f"{manifest['num_rows']:,}")
-    _delete_dir(parts)
     return manifests
 
 
@@ -371,10 +382,8 @@ def _unique(items: Sequence[Optional[str]]) -> List[str]:
 
 
 def _fs(path: str):
-    import pyarrow.fs as pafs
-    if "://" in path:
-        return pafs.FileSystem.from_uri(path)
-    return pafs.LocalFileSystem(), os.path.abspath(path)
+    from sparktrain.data import _fs as dfs
+    return dfs.resolve(path)
 
 
 def _write_text(path: str, text: str) -> None:

@@ -149,7 +149,13 @@ class SparktrainModel(PythonModel):
 
 
 def write_bundle(model: Any, dataset_root: str, folder: str) -> Dict[str, str]:
-    """Write the model's artifacts under ``folder``; returns the pyfunc ``artifacts`` mapping."""
+    """Write the model's artifacts under ``folder``; returns the pyfunc ``artifacts`` mapping.
+
+    ``dataset_root`` may be a committed output: its generation's ``features.json`` and pipeline are used.
+    """
+    from sparktrain.data.commit import resolve
+
+    dataset_root = resolve(dataset_root)
     net = os.path.join(folder, NETWORK)
     os.makedirs(net)
     with open(os.path.join(net, "model.bin"), "wb") as fh:
@@ -230,7 +236,9 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
     logged = mlflow.initialize_logged_model(name=name, source_run_id=run_id, experiment_id=experiment_id,
                                             params={k: str(v) for k, v in (params or {}).items()},
                                             tags={"sparktrain.framework": model.framework})
-    with open(os.path.join(dataset_root, "features.json")) as fh:
+    from sparktrain.data.commit import resolve
+
+    with open(os.path.join(resolve(dataset_root), "features.json")) as fh:
         meta = json.load(fh)
     entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_model_code.py")
     with tempfile.TemporaryDirectory(prefix="sparktrain-model-") as tmp:

@@ -207,10 +207,10 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
         (``parquet``, ``csv``, ``json``, ``orc``).  Exactly one of
         ``input_path``, ``table`` and ``query``.
     output_path : str
-        Parquet folder.  Written to a staging folder and renamed into place
-        when complete, with a ``_manifest.json`` (files, rows, schema, the
-        model and input); it replaces only an earlier scored output or an
-        empty folder.
+        Parquet folder.  Written as a new generation inside it and committed
+        by a record written last (module docstring), with a ``_manifest.json``
+        (files, rows, schema, the model and input); it replaces only an
+        earlier scored output or an empty folder.
     fmt : str, optional
         Input format; default: the format the model was trained with, else by extension.
     options : dict, optional
@@ -240,13 +240,11 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     OutputOverlapError
         ``output_path`` is ``/``, the current or home directory, the input or
         around it, or the MLflow store's folder (before any Spark job).
+    LeaseHeldError
+        Another job is writing ``output_path`` (before any Spark job).
     """
-    from mlflow import MlflowClient
-
     from sparktrain.data.guard import check_output_location, check_replaceable, mlflow_paths
-    from sparktrain.data.manifest import atomic_dir, build_manifest, write_manifest
-    from sparktrain.track import store
-    from sparktrain.track.registry import check_model_uri
+    from sparktrain.data.lease import claim
 
     given = {k: v for k, v in (("--input", input_path), ("--table", table), ("--query", query)) if v is not None}
     if len(given) != 1:
@@ -261,6 +259,21 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     check_output_location(output_path, "--output", inputs=[("--input", input_path)] if input_path else [],
                           keep_apart=apart, keep_out=keep_out)
     check_replaceable(output_path, "--output")  # before the registry, the model and any Spark job
+    with claim(output_path, "--output"):
+        return _score_claimed(spark, model_uri, raw_uri, input_path, output_path, fmt, options, table, query)
+
+
+def _score_claimed(spark: Any, model_uri: str, raw_uri: str, input_path: Optional[str], output_path: str,
+                   fmt: Optional[str], options: Optional[Dict[str, str]], table: Optional[str],
+                   query: Optional[str]) -> int:
+    """:func:`score_path` once ``--output`` is checked and claimed."""
+    from mlflow import MlflowClient
+
+    from sparktrain.data.commit import Generation
+    from sparktrain.data.manifest import build_manifest, write_manifest
+    from sparktrain.track import store
+    from sparktrain.track.registry import check_model_uri
+
     uri = store.preflight(raw_uri)
     store.configure(uri)
     check_model_uri(MlflowClient(uri, uri), model_uri)
@@ -275,11 +288,12 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
         described = f"table {table}" if table is not None else f"query {query}"
     scored = score_dataframe(spark, df, model_uri, where=where)
     try:
-        with atomic_dir(output_path) as staging:  # a failed job leaves the previous output as it was
-            scored.write.parquet(staging)
-            manifest = build_manifest(staging, extra={"written_by": "sparktrain score", "model": model_uri,
+        with Generation(output_path, "--output") as gen:  # a failed job leaves the previous output committed
+            scored.write.mode("append").parquet(gen.uri)  # a new folder (it holds only its marker)
+            manifest = build_manifest(gen.uri, extra={"written_by": "sparktrain score", "model": model_uri,
                                                       "input": described}, compute_digest=False)
-            write_manifest(staging, manifest)
+            write_manifest(gen.uri, manifest)
+            gen.commit({"kind": "score", "rows": int(manifest["num_rows"])})
     except Exception as exc:
         if input_path is not None and _cannot_read(exc):  # a file found bad only when the job reads it
             raise unreadable(input_path, chosen, why, _read_failure(exc)) from exc

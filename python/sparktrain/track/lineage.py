@@ -114,8 +114,9 @@ def source_datasets(dataset_root: str) -> List[SourceDataset]:
     import pyarrow.fs as pafs
 
     from sparktrain.data import _fs
+    from sparktrain.data.commit import resolve
 
-    fs, base = _fs.resolve(dataset_root)
+    fs, base = _fs.resolve(resolve(dataset_root))
     path = _fs.join(base, "features.json")
     if _fs.info(fs, path).type != pafs.FileType.File:
         return []
@@ -179,8 +180,10 @@ def _dataset_input(dataset: MetaDataset, context: str) -> Any:
 
 def manifest_files(dataset_root: str) -> Dict[str, str]:
     """``{split: path of _manifest.json}`` for the splits that have one."""
+    from sparktrain.data.commit import resolve
     from sparktrain.data.manifest import MANIFEST_NAME
 
+    dataset_root = resolve(dataset_root)
     out = {}
     for split in SPLITS:
         p = os.path.join(dataset_root, split, MANIFEST_NAME)

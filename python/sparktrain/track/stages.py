@@ -41,8 +41,10 @@ def log_profile(run: StageRun, profile: Any) -> None:
 
 def log_preprocess(run: StageRun, dataset_root: str) -> None:
     """``features.json``, the split manifests, the split row counts, and the sources as dataset inputs."""
+    from sparktrain.data.commit import resolve
     from sparktrain.track.lineage import log_source_inputs, manifest_files, read_split_manifest
 
+    dataset_root = resolve(dataset_root)  # a committed output: its generation
     features = os.path.join(dataset_root, "features.json")
     if os.path.isfile(features):
         run.log_artifact(features, "features")
@@ -69,8 +71,10 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
     from sparktrain.features.load import load_input
     from sparktrain.serve.pyfunc import MLFLOW_TO_SPARK, raw_columns
 
+    from sparktrain.data.commit import resolve
+
     try:
-        with open(os.path.join(dataset_root, "features.json")) as fh:
+        with open(os.path.join(resolve(dataset_root), "features.json")) as fh:
             cols = raw_columns(json.load(fh))
         df = load_input(spark, replace(cfg.data, scale=1), embedded)
         return df.select([try_cast(c, MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
@@ -105,9 +109,12 @@ def log_training(tracker: JobTracker, run: StageRun, spark: Any, cfg: Any, resul
     title = f"{cfg.name}: {model.framework}, {len(result.history)} epochs"
     run.log_figure(plots.learning_curve_figure(result.history, f"Learning curve, {title}"),
                    "plots/learning_curve.png")
+    from sparktrain.data.commit import resolve
+    from sparktrain.data.manifest import committed_files
+
     test_path = os.path.join(dataset_root, "test")
-    if os.path.isdir(test_path):
-        summary = plots.test_score_summary(model, spark.read.parquet(test_path))
+    if os.path.isdir(resolve(test_path)):  # a committed output: its generation's test split
+        summary = plots.test_score_summary(model, spark.read.parquet(*committed_files(test_path)))
         if summary is not None:
             if summary.task == "binary":
                 run.log_figure(plots.roc_figure(summary, f"ROC curve, test split ({cfg.name})"),

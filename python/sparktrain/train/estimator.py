@@ -157,7 +157,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
     # -- planning -------------------------------------------------------------------------------------------
 
-    def plan(self, dataset: Any) -> TrainingPlan:
+    def plan(self, dataset: Any, run_id: Optional[str] = None) -> TrainingPlan:
         """Resolve ``(params, dataset)`` into a :class:`~sparktrain.train.plan.TrainingPlan` on the driver.
 
         ``dataset`` is a materialized dataset (path or URI with ``train/``,
@@ -167,9 +167,10 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         and written under the run's folder in the store.  Raises before any
         barrier stage: on bad input, and on a ``runId`` whose run was other
         data or params.  Nothing but that DataFrame write happens here.
+        ``run_id`` (given by ``fit``, which claimed it) overrides the param.
         """
         explicit = self.isSet(self.runId)
-        run_id = self.getRunId() if explicit else plan_mod.new_run_id()
+        run_id = run_id or (self.getRunId() if explicit else plan_mod.new_run_id())
         store = self._store_uri()
         from sparktrain.data.guard import check_store_location
 
@@ -241,9 +242,17 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         return model
 
     def _fit(self, dataset: Any) -> _DistributedModel:
+        from sparktrain.data.run_store import RunStore
+
+        explicit = self.isSet(self.runId)
+        run_id = self.getRunId() if explicit else plan_mod.new_run_id()
+        with RunStore(self._store_uri(), run_id).claim():  # one job per run (sparktrain.data.lease)
+            return self._fit_claimed(dataset, run_id)
+
+    def _fit_claimed(self, dataset: Any, run_id: str) -> _DistributedModel:
         t0 = time.perf_counter()
         spark = _session_for(dataset)
-        plan = self.plan(dataset)
+        plan = self.plan(dataset, run_id=run_id)
         try:
             preflight.run_all(spark, plan.spec)
             plan_mod.record_run(plan)
@@ -332,10 +341,13 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             changes = plan_mod.diff(stored.get("fingerprint", {}).get("data", {}), mask_strings(data_fp), "data.")
             if changes:  # refuse before writing anything
                 raise RunMismatchError(run_id, changes)
-            if exists(run.data_uri("train")):
+            from sparktrain.data.commit import resolve
+
+            train = resolve(run.data_uri("train"))  # inside the data folder's committed generation
+            if exists(train):
                 log.info("run %s: the DataFrame matches the run's data; reusing %s", run_id, run.data_uri())
-                val = run.data_uri("validation")
-                return run.data_uri("train"), (val if exists(val) else None), data_fp, entry, frame
+                val = resolve(run.data_uri("validation"))
+                return train, (val if exists(val) else None), data_fp, entry, frame
         train_path, val_path = plan_mod.materialize_dataframe(
             df, run.data_uri(), label, frac, content["null_labels"], seed=self.getOrDefault(self.seed),
             labels=decision.encoding.labels)

@@ -82,9 +82,12 @@ def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalRes
     from pyspark.ml.regression import LinearRegression
     from pyspark.sql import functions as F
 
+    from sparktrain.data.manifest import committed_files
+
     t0 = time.perf_counter()
-    train = spark.read.parquet(os.path.join(dataset_path, "train")).withColumn("__y", F.col(label).cast("double"))
-    test = spark.read.parquet(os.path.join(dataset_path, "test")).withColumn("__y", F.col(label).cast("double"))
+    y = F.col(label).cast("double")
+    train = spark.read.parquet(*committed_files(os.path.join(dataset_path, "train"))).withColumn("__y", y)
+    test = spark.read.parquet(*committed_files(os.path.join(dataset_path, "test"))).withColumn("__y", y)
     blocks = [c for c, _ in inputs.vectors]
     if blocks:  # VectorAssembler takes vectors, not arrays: each float block as a vector
         from pyspark.ml.functions import array_to_vector

@@ -66,9 +66,10 @@ def column_stats(path: str) -> Dict[str, Dict[str, Any]]:
 
 
 def read_features_json(dataset_root: str) -> Optional[Dict[str, Any]]:
-    """The dataset's ``features.json`` (local path or URI), or None."""
+    """The dataset's ``features.json`` (local path or URI; a committed output's generation), or None."""
     from sparktrain.data import _fs
-    p = _fs.join(dataset_root, FEATURES_JSON)
+    from sparktrain.data.commit import resolve
+    p = _fs.join(resolve(dataset_root), FEATURES_JSON)
     if not exists(p):
         return None
     fs, inner = _fs.resolve(p)

@@ -269,9 +269,14 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = ()) -> Di
 
 
 def split_paths(root: str) -> Tuple[str, Optional[str], Optional[dict]]:
-    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split."""
+    """``(train, validation or None, features.json or None)`` of a materialized dataset or a single split.
+
+    A committed output (:mod:`sparktrain.data.commit`) gives the paths inside its committed generation.
+    """
+    from sparktrain.data.commit import resolve
     from sparktrain.train.inputs import exists, read_features_json
 
+    root = resolve(root)
     train = f"{root}/train"
     if not exists(train):
         train = root  # a single split given directly
@@ -355,7 +360,8 @@ def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: f
     from pyspark.sql import functions as F
 
     from sparktrain.data import _fs
-    from sparktrain.data.manifest import atomic_dir, write_parquet
+    from sparktrain.data.commit import Generation
+    from sparktrain.data.manifest import write_parquet
     from sparktrain.features._sql import INTERNAL_PREFIX
     from sparktrain.features.label_stage import model_for
     from sparktrain.features.split import split_case
@@ -368,10 +374,11 @@ def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: f
     tagged = df.withColumn(split_col, F.expr(expr))
     if labels is not None:
         tagged = model_for(labels, label).transform(tagged)
-    with atomic_dir(root, overwrite=False) as staging:
-        write_parquet(tagged.where(F.col(split_col) == "train").drop(split_col), _fs.join(staging, "train"))
+    with Generation(root, "the run's data folder", overwrite=False) as gen:  # no directory is renamed
+        write_parquet(tagged.where(F.col(split_col) == "train").drop(split_col), _fs.join(gen.uri, "train"))
         if validation_fraction > 0:
             write_parquet(tagged.where(F.col(split_col) == "validation").drop(split_col),
-                          _fs.join(staging, "validation"))
-    val = _fs.join(root, "validation")
-    return _fs.join(root, "train"), (val if validation_fraction > 0 else None)
+                          _fs.join(gen.uri, "validation"))
+        gen.commit({"kind": "fit-dataframe"})
+    val = _fs.join(gen.uri, "validation")
+    return _fs.join(gen.uri, "train"), (val if validation_fraction > 0 else None)

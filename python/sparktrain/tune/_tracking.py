@@ -192,7 +192,9 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
     from sparktrain.track.registry import log_model_and_register, score_of, set_champion_if_better
 
     log_dataset_inputs(tracker.client, [tracker.parent_run_id, run_id], dataset_path, name=cfg.name)
-    if os.path.isfile(os.path.join(dataset_path, "features.json")):
+    from sparktrain.data.commit import resolve
+
+    if os.path.isfile(os.path.join(resolve(dataset_path), "features.json")):
         from sparktrain.track.stages import raw_input_example
 
         example = raw_input_example(spark, cfg, dataset_path, embedded=embedded)

@@ -128,6 +128,12 @@ class _TrainingPlan:
         return StoreWatch(RunStore(self.cfg.train.store if self.cfg.train else "work/store", self.run_id(number)),
                           epochs)
 
+    def claim(self, number: int) -> Any:
+        """The lease on trial ``number``'s run (:mod:`sparktrain.data.lease`), to hold while it trains."""
+        from sparktrain.data.run_store import RunStore
+
+        return RunStore(self.cfg.train.store if self.cfg.train else "work/store", self.run_id(number)).claim()
+
     def release(self, number: int) -> None:
         """Trial ``number`` ended: forget its watch."""
         if self.channel is not None:
@@ -162,6 +168,10 @@ class SingleTaskRunner:
         self.plan.release(number)
 
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
+        with self.plan.claim(number):  # one job per run: a second search on the same runs is refused
+            return self._run(number, params)
+
+    def _run(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train.plan import record_run
 
         plan = self.plan.single_plan(params, self.plan.run_id(number))
@@ -200,6 +210,10 @@ class DistributedRunner:
         self.plan.release(number)
 
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
+        with self.plan.claim(number):  # one job per run: a second search on the same runs is refused
+            return self._run(number, params)
+
+    def _run(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train import plan as plan_mod
         from sparktrain.train import preflight
         from sparktrain.train.launcher import launch

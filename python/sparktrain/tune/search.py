@@ -234,11 +234,14 @@ def _test_metrics(spark, model: Any, dataset_path: Optional[str]) -> Dict[str, f
     """The best model's metrics on the dataset's test split (as the train stage reports them), if there is one."""
     import os
 
-    if model is None or dataset_path is None or not os.path.isdir(os.path.join(dataset_path, "test")):
+    from sparktrain.data.commit import resolve
+
+    if model is None or dataset_path is None or not os.path.isdir(resolve(os.path.join(dataset_path, "test"))):
         return {}
+    from sparktrain.data.manifest import committed_files
     from sparktrain.train.evaluate import evaluate_model
 
-    return evaluate_model(model, spark.read.parquet(os.path.join(dataset_path, "test"))).metrics
+    return evaluate_model(model, spark.read.parquet(*committed_files(os.path.join(dataset_path, "test")))).metrics
 
 
 def _with_run_ids(records, tracker) -> list:

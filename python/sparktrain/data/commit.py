@@ -1,0 +1,315 @@
+"""Commits without directory renames: a generation per write, and a commit record written last.
+
+Object stores (S3, GCS, ABFS through :mod:`pyarrow.fs`) cannot move a
+directory, so no output of sparktrain is committed by a rename.  A writer puts
+everything it writes under a folder of its own, named for this write only,
+inside the final path, and commits by writing one small object last::
+
+    <path>/_manifest.json                  the commit record (format sparktrain.commit/1): names the generation
+    <path>/_gen-<id>/_generation.json      written first: marks the folder as sparktrain's
+    <path>/_gen-<id>/...                   the generation's content: a dataset (part files + _manifest.json),
+                                           or a preprocess output (features.json, pipeline_model/, train/...)
+
+* **Readers trust only the record.**  :func:`resolve` maps ``<path>`` to the
+  committed ``<path>/_gen-<id>``, and ``<path>/<name>`` to
+  ``<path>/_gen-<id>/<name>``; a folder without a record (a dataset written by
+  sparktrain before this layout, or by anyone else) resolves to itself.  The
+  ``_gen-`` folders start with ``_`` and hold no ``=``, so Spark and Hive never
+  list them when given ``<path>`` (``_gen=<id>`` would be read as a partition
+  column, mixing every generation); a write that did not commit is invisible.
+  Spark reads a committed dataset with
+  ``spark.read.parquet(*sparktrain.data.committed_files(path))``.
+* **The record is written last, in one piece.**  Locally it is written to a
+  new temporary file (``O_EXCL``), flushed, fsynced and renamed over the old
+  record (a file rename, atomic on POSIX); on an object store it is one PUT of
+  a new object version, which is atomic.  Each generation's content lives under
+  new object names, so the record is the small pointer that switches between them.
+* **A crash at any point** leaves the previous record, so the previous
+  generation stays readable; or the new record, so the new one is.
+  Never a mix, never nothing.
+* **Cleanup.**  :class:`Generation` removes, on entry, the ``_gen-`` folders
+  that no record names (a write that crashed before its commit), and, after
+  its commit, the previous generation and what an earlier layout left at the
+  top level (only in a folder that carried sparktrain's marker, checked by
+  :func:`sparktrain.data.guard.check_replaceable`).
+
+Executor-safe: pyarrow only.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import posixpath
+import socket
+import uuid
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Type
+
+import pyarrow.fs as pafs
+
+from sparktrain.data import _fs, guard
+from sparktrain.errors import DataError, DatasetExistsError
+
+log = logging.getLogger(__name__)
+
+RECORD_NAME = "_manifest.json"
+RECORD_FORMAT = guard.COMMIT_FORMAT
+GEN_PREFIX = guard.GEN_PREFIX
+GEN_MARKER = guard.GEN_MARKER
+GEN_FORMAT = guard.GEN_FORMAT
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def read_record(path: str, filesystem: Optional[pafs.FileSystem] = None) -> Optional[Dict[str, Any]]:
+    """The commit record at ``<path>/_manifest.json``, or None when there is none (or it is a dataset manifest).
+
+    Raises :class:`DataError` when the record is not valid JSON.
+    """
+    fs, inner = _fs.resolve(path, filesystem)
+    target = _join(inner, RECORD_NAME)
+    if fs.get_file_info(target).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(target) as f:
+        raw = f.read()
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise DataError(f"commit record '{target}' is not valid JSON ({e}). Write the output again (its "
+                        f"previous generation, if any, is still under {path}/{GEN_PREFIX}*).") from e
+    if isinstance(body, dict) and body.get("format") == RECORD_FORMAT:
+        return body
+    return None
+
+
+def resolve(path: str, filesystem: Optional[pafs.FileSystem] = None) -> str:
+    """Where the committed content of ``path`` is: ``path`` itself, or inside its committed generation.
+
+    ``<out>`` with a commit record resolves to ``<out>/_gen-<id>``;
+    ``<out>/train`` (no record of its own, a record in ``<out>``) resolves to
+    ``<out>/_gen-<id>/train``; anything else resolves to itself (earlier
+    layouts and other writers' data stay readable).  The result has the form
+    ``path`` was given in (local path, URI, or a path inside ``filesystem``).
+    """
+    path = os.fspath(path)
+    given = path.rstrip("/") or path
+    record = read_record(given, filesystem)
+    if record is not None:
+        return _join(given, str(record["path"]))
+    parent, name = posixpath.split(given)
+    if parent and name and not name.startswith(GEN_PREFIX) and not parent.endswith(":/"):
+        try:
+            record = read_record(parent, filesystem)
+        except DataError:
+            record = None
+        if record is not None:
+            return _join(parent, str(record["path"]), name)
+    return path
+
+
+def exists(path: str, filesystem: Optional[pafs.FileSystem] = None) -> bool:
+    """Whether ``path``'s committed content (see :func:`resolve`) exists."""
+    fs, inner = _fs.resolve(resolve(path, filesystem), filesystem)
+    return fs.get_file_info(inner).type != pafs.FileType.NotFound
+
+
+def write_atomic(fs: pafs.FileSystem, target: str, data: bytes) -> None:
+    """Write one small object so that readers see the old or the new content, never a part.
+
+    Local: a new temporary file (``O_EXCL``), fsynced, renamed over ``target``
+    (a file rename), then the folder fsynced.  Elsewhere: one ``PUT``.
+    """
+    if isinstance(fs, pafs.LocalFileSystem):
+        folder = os.path.dirname(target)
+        tmp = os.path.join(folder, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(folder)
+        return
+    with fs.open_output_stream(target) as out:
+        out.write(data)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _delete(fs: pafs.FileSystem, inner: str) -> None:
+    try:
+        kind = fs.get_file_info(inner).type
+        if kind == pafs.FileType.Directory:
+            fs.delete_dir(inner)
+        elif kind == pafs.FileType.File:
+            fs.delete_file(inner)
+    except OSError as e:  # cleanup must not hide the original error
+        log.warning("could not delete '%s': %s", inner, e)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Generation:
+    """Write an output as a new generation inside its final path; commit it with the record (module docstring).
+
+    Use as a context manager.  On entry: the folder's owner is checked
+    (:func:`sparktrain.data.guard.check_replaceable`), the ``_gen-`` folders no
+    record names are removed, and ``<path>/_gen-<id>/`` is created with its
+    marker.  The body writes under :attr:`uri` (Spark writes straight there)
+    and calls :meth:`commit`; leaving the block without an exception commits
+    when the body did not.  An exception before the commit removes the new
+    generation and leaves the previous one committed and readable.
+
+    Parameters
+    ----------
+    path : str
+        The output's final path (local path or URI).
+    what : str
+        The setting that named it, for messages (``output.path``, ``--output``).
+    overwrite : bool
+        Replace a committed output.  When False and ``path`` holds a committed
+        output (or an earlier layout's dataset), :class:`~sparktrain.errors.DatasetExistsError`.
+    filesystem : pyarrow.fs.FileSystem, optional
+        When given, ``path`` is a path inside it.
+    check_owner : bool
+        Check that ``path`` is new, empty or sparktrain's (False only for a
+        folder whose name only sparktrain makes).
+
+    Examples
+    --------
+    >>> with Generation("/data/scored", "--output") as gen:        # doctest: +SKIP
+    ...     df.write.parquet(gen.uri + "/data")
+    ...     gen.commit({"rows": n})
+    """
+
+    def __init__(self, path: str, what: str = "output.path", *, overwrite: bool = True,
+                 filesystem: Optional[pafs.FileSystem] = None, check_owner: bool = True) -> None:
+        self.path = os.fspath(path).rstrip("/")
+        self.what = what
+        self.overwrite = overwrite
+        self.check_owner = check_owner
+        self.fs, self.inner = _fs.resolve(self.path, filesystem)
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        self.id = f"{stamp}-{uuid.uuid4().hex[:8]}"
+        self.name = f"{GEN_PREFIX}{self.id}"
+        #: Where the body writes: ``<path>/_gen-<id>`` in the form ``path`` was given in.
+        self.uri = _join(self.path, self.name)
+        self.committed = False
+        self._previous: Optional[Dict[str, Any]] = None
+        self._created_root = False
+        self._old_entries: List[str] = []
+
+    def __enter__(self) -> "Generation":
+        if self.check_owner:
+            guard.check_replaceable(self.inner, self.what, overwrite=True, filesystem=self.fs, shown_as=self.path)
+        self._previous = read_record(self.inner, self.fs)
+        if not self.overwrite and self._holds_dataset():
+            raise DatasetExistsError(f"{self.what} '{self.path}' already holds a committed output and overwrite is "
+                                     f"off. Fix: choose a new path, delete '{self.path}' yourself, or allow "
+                                     f"overwriting.")
+        self._created_root = self.fs.get_file_info(self.inner).type == pafs.FileType.NotFound
+        self._old_entries = self._snapshot()
+        self.clean_uncommitted()
+        self.fs.create_dir(_join(self.inner, self.name), recursive=True)
+        marker = {"format": GEN_FORMAT, "id": self.id, "created_at": _now(), "host": socket.gethostname(),
+                  "pid": os.getpid()}
+        with self.fs.open_output_stream(_join(self.inner, self.name, GEN_MARKER)) as out:
+            out.write(json.dumps(marker).encode())
+        return self
+
+    def _holds_dataset(self) -> bool:
+        if self._previous is not None:
+            return True
+        for e in self._entries():
+            if not e.base_name.startswith((GEN_PREFIX, ".")):
+                return True
+        return False
+
+    def _entries(self) -> List[pafs.FileInfo]:
+        info = self.fs.get_file_info(self.inner)
+        if info.type != pafs.FileType.Directory:
+            return []
+        return list(self.fs.get_file_info(pafs.FileSelector(self.inner, recursive=False)))
+
+    def _snapshot(self) -> List[str]:
+        """Top-level names of an earlier layout's output, removed after the commit (never the record itself)."""
+        return sorted(e.base_name for e in self._entries()
+                      if not e.base_name.startswith(GEN_PREFIX) and e.base_name != RECORD_NAME
+                      and not e.base_name.startswith("."))
+
+    def clean_uncommitted(self) -> List[str]:
+        """Remove the ``_gen-`` folders that no commit record names; returns their names."""
+        keep = str(self._previous["path"]) if self._previous else None
+        removed = []
+        for e in self._entries():
+            if e.base_name.startswith(GEN_PREFIX) and e.base_name != keep and e.base_name != self.name:
+                log.info("removing '%s': a write that did not commit left it", _join(self.path, e.base_name))
+                _delete(self.fs, e.path)
+                removed.append(e.base_name)
+        return removed
+
+    def commit(self, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """Write the commit record (the output is now this generation), then remove what it replaced."""
+        if self.committed:
+            raise DataError(f"generation {self.id} of '{self.path}' is already committed")
+        record: Dict[str, Any] = {"format": RECORD_FORMAT, "generation": self.id, "path": self.name,
+                                  "committed_at": _now()}
+        record.update(extra or {})
+        _write_record(self.fs, _join(self.inner, RECORD_NAME), json.dumps(record, indent=1).encode())
+        self.committed = True
+        log.info("committed %s: generation %s", self.path, self.id)
+        if self._previous is not None and self._previous.get("path") != self.name:
+            _delete(self.fs, _join(self.inner, str(self._previous["path"])))
+        for name in self._old_entries:
+            _delete(self.fs, _join(self.inner, name))
+        return record
+
+    def abort(self) -> None:
+        """Remove this generation (not committed); the previous one stays as it was.
+
+        A folder this generation created (``path`` did not exist) goes too when nothing else is in it.
+        """
+        if not self.committed:
+            _delete(self.fs, _join(self.inner, self.name))
+            if self._created_root and not self._entries():
+                _delete(self.fs, self.inner)
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        if exc_type is not None:
+            self.abort()
+            return
+        if not self.committed:
+            self.commit()
+
+
+def _write_record(fs: pafs.FileSystem, target: str, data: bytes) -> None:
+    """The commit point (a seam for the crash tests)."""
+    write_atomic(fs, target, data)
+
+
+__all__ = ["GEN_MARKER", "GEN_PREFIX", "Generation", "RECORD_FORMAT", "RECORD_NAME", "exists", "read_record",
+           "resolve", "write_atomic"]

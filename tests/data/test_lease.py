@@ -1,0 +1,162 @@
+"""Leases: one job per run and per output (sparktrain.data.lease)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sparktrain.data.lease import claim, lease_path
+from sparktrain.errors import LeaseHeldError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _wait_for(condition, what: str, limit: float = 30.0) -> None:
+    """Poll ``condition`` (a bound on the wait, not a timed assertion)."""
+    end = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > end:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_lease_file_beside_the_target(tmp_path):
+    target = tmp_path / "store" / "run1"
+    assert lease_path(str(target)) == str(tmp_path / "store" / ".run1.lease")
+    assert lease_path("s3://bucket/store/run1/") == "s3://bucket/store/.run1.lease"
+    with claim(str(target), "runId") as lease:
+        body = json.loads(Path(lease.path).read_text())
+        assert body["format"] == "sparktrain.lease/1" and body["what"] == "runId"
+        assert body["holder"]["pid"] == os.getpid() and body["holder"]["host"] == socket.gethostname()
+        assert not target.exists()  # claiming writes nothing inside the target
+    assert not Path(lease.path).exists()  # released
+
+
+def test_a_second_claim_in_the_same_process_is_refused_and_the_first_unaffected(tmp_path):
+    target = str(tmp_path / "out")
+    with claim(target, "output.path") as first:
+        before = json.loads(Path(first.path).read_text())["holder"]
+        with pytest.raises(LeaseHeldError) as err:
+            with claim(target, "output.path"):
+                pytest.fail("the second job must not run")
+        text = str(err.value)
+        assert f"output.path '{target}' is in use by another job (host {socket.gethostname()}, pid {os.getpid()}, " \
+               f"started {first.started_at};" in text
+        assert "Fix: wait for that job to finish, or use another output.path" in text
+        assert f"delete the lease file '{first.path}'" in text and "taken over automatically" in text
+        assert err.value.holder["pid"] == os.getpid()
+        assert json.loads(Path(first.path).read_text())["holder"] == before  # the holder's lease untouched
+        assert first.heartbeat() and not first.lost
+    with claim(target, "output.path"):  # released: the next job gets it
+        pass
+
+
+def test_a_second_process_is_refused(tmp_path):
+    target = str(tmp_path / "store" / "named")
+    code = ("import sys\nfrom sparktrain.data.lease import claim\nfrom sparktrain.errors import LeaseHeldError\n"
+            f"try:\n    claim({target!r}, 'runId').acquire()\nexcept LeaseHeldError as e:\n"
+            "    print(e)\n    sys.exit(3)\nprint('claimed')\n")
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'python'}{os.pathsep}{REPO}"}
+    with claim(target, "runId") as held:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        assert f"runId '{target}' is in use by another job (host {socket.gethostname()}, pid {os.getpid()}" \
+            in proc.stdout
+        assert held.heartbeat()  # still ours
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "claimed", proc.stderr[-2000:]
+
+
+def test_a_stale_lease_is_taken_over_with_a_warning(tmp_path, caplog):
+    target = str(tmp_path / "out")
+    stale = {"format": "sparktrain.lease/1", "holder": {"host": "lost-host", "pid": 4242,
+                                                        "started_at": "2026-01-01T00:00:00+00:00", "token": "old"},
+             "heartbeat_at": time.time() - 3600}
+    Path(lease_path(target)).write_text(json.dumps(stale))
+    with caplog.at_level("WARNING", logger="sparktrain.data.lease"):
+        with claim(target, "output.path") as lease:
+            assert json.loads(Path(lease.path).read_text())["holder"]["token"] == lease.token
+    assert "taking over the lease on output.path" in caplog.text
+    assert "host lost-host, pid 4242, started 2026-01-01T00:00:00+00:00" in caplog.text
+
+
+def test_an_unreadable_fresh_lease_is_respected(tmp_path):
+    target = str(tmp_path / "out")
+    Path(lease_path(target)).write_text("")  # a holder between its create and its write
+    with pytest.raises(LeaseHeldError, match=r"host \?, pid \?"):
+        claim(target).acquire()
+
+
+def test_the_heartbeat_keeps_a_live_lease(tmp_path):
+    target = str(tmp_path / "out")
+    with claim(target, heartbeat_s=0.05, stale_after_s=0.5) as lease:
+        path = Path(lease.path)
+        first = json.loads(path.read_text())["heartbeat_at"]
+        start = time.time()
+        _wait_for(lambda: time.time() - start > 1.0 and json.loads(path.read_text() or "{}").get(
+            "heartbeat_at", 0) > first + 0.5, "two stale periods of heartbeats")
+        with pytest.raises(LeaseHeldError):  # older than stale_after_s, but beating: not taken over
+            claim(target, heartbeat_s=0.05, stale_after_s=0.5).acquire()
+        assert not lease.lost
+
+
+def test_a_job_whose_lease_was_taken_over_knows_it(tmp_path):
+    target = str(tmp_path / "out")
+    lease = claim(target, heartbeat_s=60).acquire()
+    try:
+        body = json.loads(Path(lease.path).read_text())
+        body["heartbeat_at"] -= 3600  # as if its host had frozen for an hour
+        Path(lease.path).write_text(json.dumps(body))
+        with claim(target) as other:
+            assert not lease.heartbeat() and lease.lost
+            assert json.loads(Path(other.path).read_text())["holder"]["token"] == other.token  # not overwritten
+    finally:
+        lease.release()
+
+
+def test_folders_a_claim_created_are_removed(tmp_path):
+    target = tmp_path / "new" / "deeper" / "out"
+    with claim(str(target)):
+        assert (tmp_path / "new" / "deeper").is_dir()
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- wired into fit, preprocess and score
+
+
+def test_fit_on_a_claimed_run_is_refused_before_anything(tmp_path):
+    from sparktrain.data.run_store import RunStore
+    from sparktrain.train.estimator import TorchEstimator
+
+    store = str(tmp_path / "store")
+    est = TorchEstimator(labelCol="y", store=store, runId="nightly")
+    with RunStore(store, "nightly").claim():
+        with pytest.raises(LeaseHeldError, match=r"runId '.*store/nightly' is in use by another job"):
+            est.fit(str(tmp_path / "no-such-dataset"))  # refused before the dataset is even looked at
+    assert list(tmp_path.iterdir()) == []  # no run folder; the store folder the claim made went with it
+
+
+def test_preprocess_and_score_on_a_claimed_output_are_refused(spark, flights_sample, tmp_path):
+    from dataclasses import replace
+
+    from sparktrain.config import load_config
+    from sparktrain.features.materialize import materialize
+    from sparktrain.serve.scoring import score_path
+
+    out = str(tmp_path / "dataset")
+    cfg = load_config(REPO / "conf" / "flights.yaml")
+    cfg = replace(cfg, output=replace(cfg.output, path=out))
+    with claim(out, "output.path"):
+        with pytest.raises(LeaseHeldError, match="output.path '.*dataset' is in use by another job"):
+            materialize(spark, cfg, flights_sample)
+        assert not Path(out).exists()
+        with pytest.raises(LeaseHeldError, match="--output '.*dataset' is in use by another job"):
+            score_path(spark, "models:/none@champion", str(tmp_path / "raw"), out,
+                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the registry was never opened, nothing written
