@@ -133,7 +133,7 @@ def test_schema_and_spec_errors_name_the_key(spark):
     with pytest.raises(SchemaError, match="format .* parses strings only"):
         check_schema(spark.range(1).selectExpr("current_timestamp() AS t").schema,
                      parse_features([{"name": "t", "type": "datetime", "format": "yyyy"}]))
-    with pytest.raises(ConfigError, match=r"features\[0\]\.max_tokens"):
+    with pytest.raises(ConfigError, match=r"features\.title\.max_tokens. = 0: must be >= 1"):
         parse_features([{"name": "title", "type": "text", "max_tokens": 0}])
     with pytest.raises(ConfigError, match="hashing has no vocabulary"):
         parse_features([{"name": "tags", "type": "set", "hash_buckets": 8, "max_vocab": 3}])
