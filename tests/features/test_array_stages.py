@@ -1,4 +1,4 @@
-"""VectorEncoder and TokenIndexer on small frames: values, save -> load -> transform, and every bad input of issue 23."""
+"""VectorEncoder and TokenIndexer on small frames: values, save -> load -> transform, and the bad inputs of issue 23."""
 
 from __future__ import annotations
 

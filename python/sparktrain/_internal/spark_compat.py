@@ -493,7 +493,7 @@ def arrow_array_udf(fn, return_type: str):
 
         return fn(pa.array(series)).to_pandas()
 
-    return F.pandas_udf(via_pandas, return_type)
+    return F.pandas_udf(via_pandas, return_type)  # type: ignore[call-overload]
 
 
 def _pyspark_major() -> int:

@@ -392,7 +392,8 @@ def array_stages(plan: FeaturePlan) -> list:
 
     stages: list = []
     if plan.vectors:
-        stages.append(VectorEncoder(inputCols=[a for a, _, _ in plan.vectors], outputCols=[b for _, b, _ in plan.vectors],
+        stages.append(VectorEncoder(inputCols=[a for a, _, _ in plan.vectors],
+                                    outputCols=[b for _, b, _ in plan.vectors],
                                     scaled=[s.scale for _, _, s in plan.vectors],
                                     onInvalid=[s.on_invalid for _, _, s in plan.vectors],
                                     features=[s.name for _, _, s in plan.vectors]))

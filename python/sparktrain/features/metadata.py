@@ -102,8 +102,8 @@ def fitted_values(model: Any) -> Dict[str, Dict[str, Any]]:
                                       "tokens": {}}
     for stage in model.stages:
         if isinstance(stage, VectorEncoderModel):
-            for c, w, m, sd in zip(stage.getInputCols(), stage.getWidths(), stage.getMeans(), stage.getStds()):
-                out["vectors"][c] = {"width": int(w), "mean": list(m), "std": list(sd)}
+            for c, w, mean, sd in zip(stage.getInputCols(), stage.getWidths(), stage.getMeans(), stage.getStds()):
+                out["vectors"][c] = {"width": int(w), "mean": list(mean), "std": list(sd)}
             continue
         if isinstance(stage, TokenIndexerModel):
             for c, v, rows in zip(stage.getInputCols(), stage.getVocabularies(), stage.numIds()):
