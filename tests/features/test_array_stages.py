@@ -113,8 +113,8 @@ def test_datetime_format_counts_unparseable_values_and_refuses_them(spark, tmp_p
     rows = [(i, f"2012/0{1 + i % 9}/1{i % 10}", float(i % 2)) for i in range(30)] + [(99, "2012-01-01", 1.0)]
     df = spark.createDataFrame(rows, "id long, day string, label double")
     out = tmp_path / "ds"
-    with pytest.raises(DataError, match=r"column 'day' .* 1 of 31 values that cannot be cast to a timestamp with "
-                                        r"format 'yyyy/MM/dd', e.g. '2012-01-01'"):
+    with pytest.raises(DataError, match=r"column 'day' .* 1 of 31 values that cannot be cast to a timestamp, "
+                                        r"e.g. '2012-01-01' \(read with format 'yyyy/MM/dd'\)"):
         materialize(spark, _cfg(out, [{"name": "day", "type": "datetime", "format": "yyyy/MM/dd"}]), df)
     assert not out.exists()
     with pytest.raises(DataError, match="set format: to its Spark datetime pattern"):  # ISO only without format

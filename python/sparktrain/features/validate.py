@@ -156,13 +156,13 @@ def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label
         src, where = spec.source, f"column '{spec.source}' (feature '{spec.name}', {spec.type})"
         if got.get("bad"):
             target = {"numeric": "a number", "datetime": "a timestamp", "boolean": "a boolean"}[spec.type]
-            fix = "declare the feature as categorical"
+            fix, how = "declare the feature as categorical", ""
             if isinstance(spec, DatetimeFeature):
-                target += f" with format {spec.format!r}" if spec.format else " (ISO-8601)"
+                how = f" (read with format {spec.format!r})" if spec.format else " (read as ISO-8601)"
                 fix = "set format: to its Spark datetime pattern (e.g. 'yyyy/MM/dd'), or " + fix
             raise DataError(
                 f"{where} has {got['bad']:,} of {rows:,} values that cannot be cast to {target}, "
-                f"e.g. {got['sample']!r}. Clean the column in your ETL, or {fix}.")
+                f"e.g. {got['sample']!r}{how}. Clean the column in your ETL, or {fix}.")
         if not got["present"]:
             what = "null, NaN or infinite" if isinstance(spec, NumericFeature) else "null"
             raise DataError(f"{where} is {what} in all {rows:,} rows, so there is nothing to learn from it. "
