@@ -124,6 +124,11 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
     return out
 
 
+def needs_spark(meta: Mapping[str, Any]) -> bool:
+    """Whether a feature of ``features.json`` is one :func:`transform_local` refuses (Spark applies it)."""
+    return any(f["type"] in SPARK_ONLY or (f["type"] == "datetime" and f.get("format")) for f in meta["features"])
+
+
 def _load(features_json: Union[Mapping[str, Any], str]) -> Mapping[str, Any]:
     if isinstance(features_json, str):
         with open(features_json) as fh:

@@ -253,17 +253,23 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     entirely in Spark (the JVM runs the feature stages).
     """
     from mlflow.artifacts import download_artifacts
+
+    local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)
+    return spark_model_from(local, model_uri)
+
+
+def spark_model_from(local: str, model_uri: str = ""):
+    """:func:`load_spark_model` of a model already downloaded to the folder ``local``."""
     from pyspark.ml import PipelineModel
 
     from sparktrain.train.worker import InputSpec
     from sparktrain.train.model import KerasModel, TorchModel
 
-    local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)
     root = os.path.join(local, "artifacts")
     pipeline = os.path.join(root, PIPELINE)
     if not os.path.isdir(pipeline):
         from sparktrain.errors import TrackingError
-        raise TrackingError(f"model {model_uri} has no fitted Spark pipeline ({PIPELINE}/); "
+        raise TrackingError(f"model {model_uri or local} has no fitted Spark pipeline ({PIPELINE}/); "
                             f"score it with mlflow.pyfunc.spark_udf instead")
     with open(os.path.join(root, NETWORK, "spec.json")) as fh:
         spec = json.load(fh)
