@@ -20,7 +20,12 @@ but the pinned dependencies.
 Signature types: a numeric feature's column is ``double`` (pass floats; NaN or
 null is missing), a categorical or crossed column keeps its raw type
 (``string``, ``long``, ``boolean``, ``double``), a datetime column is
-``datetime`` (naive values are read in ``features.json``'s ``timezone``).
+``datetime`` (naive values are read in ``features.json``'s ``timezone``), a
+vector column ``array(double)``, a text column ``string`` and a set column
+``array(string)`` (or ``string`` with a delimiter).  A model with a vector,
+text or set feature, or a datetime ``format``, is scored by its Spark pipeline
+(``sparktrain score``, :func:`load_spark_model`); its pyfunc ``predict``
+refuses the rows with an error that says so.
 """
 
 from __future__ import annotations
@@ -54,7 +59,11 @@ def raw_columns(meta: Dict[str, Any]) -> List[Tuple[str, str]]:
     out: Dict[str, str] = {}
 
     def add(col: str, spark_type: Optional[str], kind: str) -> None:
-        if kind == "numeric":
+        if kind == "vector":
+            t = "array<double>"
+        elif kind == "set" and str(spark_type or "").startswith("array"):
+            t = "array<string>"
+        elif kind == "numeric":
             t = "double"
         elif kind == "datetime":
             t = "datetime"
@@ -94,7 +103,12 @@ def model_signature(meta: Dict[str, Any], inputs: Any):
     from mlflow.types import ColSpec, DataType, Schema
     from mlflow.types.schema import Array
 
-    cols: List[Any] = [ColSpec(DataType[t], name) for name, t in raw_columns(meta)]
+    def col_type(t: str) -> Any:
+        if t.startswith("array<"):
+            return Array(DataType[t[len("array<"):-1]])
+        return DataType[t]
+
+    cols: List[Any] = [ColSpec(col_type(t), name) for name, t in raw_columns(meta)]
     outs: List[Any] = [ColSpec(Array(DataType.double) if t.startswith("array") else DataType[t], n)
                        for n, t in output_columns(inputs.task, inputs.prediction_type)]
     return ModelSignature(inputs=Schema(cols), outputs=Schema(outs))
