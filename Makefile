@@ -33,9 +33,10 @@ $(PY):
 	@command -v $(PYTHON_BIN) >/dev/null 2>&1 || { echo "ERROR: $(PYTHON_BIN) not found; sparktrain needs Python 3.11 (set PYTHON_BIN=/path/to/python3.11)." >&2; exit 1; }
 	$(PYTHON_BIN) -m venv $(VENV)
 
-$(STAMP): $(PY) $(LOCK) python/pyproject.toml
+$(STAMP): $(PY) $(LOCK) python/requirements-data.lock python/pyproject.toml
 	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=77" wheel
 	$(PY) -m pip install -q -r $(LOCK)
+	$(PY) -m pip install -q --no-deps -r python/requirements-data.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e python
 	touch $(STAMP)
 

@@ -1,8 +1,10 @@
-"""The dataset zoo's raw files: scikit-learn's bundled datasets written as CSV or Parquet.
+"""The dataset zoo's raw files: datasets bundled in installed packages, written as CSV or Parquet.
 
 Shared by ``tests/test_zoo.py`` and ``bench/zoo.py``; nothing here is part of the
-library.  The data ship inside scikit-learn's installed package
-(``sklearn/datasets/data``), so nothing is downloaded.  Each dataset is written
+library.  The data ship inside installed packages: scikit-learn's
+(``sklearn/datasets/data``) and ``dmba``'s (the data of *Data Mining for
+Business Analytics*, ``dmba/csvFiles``, pinned in
+``python/requirements-data.lock``), so nothing is downloaded.  Each dataset is written
 the way such data arrive, so each one takes a different path through the
 product, with one config per dataset under ``conf/examples/``:
 
@@ -16,6 +18,14 @@ cancer   Parquet        ``malignant`` as a boolean, no key column
 diabetes CSV, ``;``     ``progression`` (regression; whole numbers in the CSV, so
                         Spark infers an integer and the config sets
                         ``train.task: regression``), key ``id``
+autos    Parquet        ``newsgroup`` (rec.autos or sci.electronics) from the
+                        post's text ``article`` (subject and body; the headers,
+                        which name the newsgroup, are cut), key ``id``: a
+                        ``text`` feature (dmba's ``AutoAndElectronics.zip``)
+catalog  Parquet        ``housewares`` (bought from that division, a boolean)
+                        from ``divisions`` (the other divisions the customer
+                        bought from, ``|``-joined): a ``set`` feature (dmba's
+                        ``CatalogCrossSell``), key ``customer``
 ======== ============== ===================================================
 """
 
@@ -47,7 +57,13 @@ ZOO: Dict[str, ZooDataset] = {d.name: d for d in [
                "test_accuracy", 0.93, {}),
     ZooDataset("diabetes", "diabetes", "diabetes.csv", "progression", "regression", "test_r2", 0.35,
                {"sep": ";"}),
+    ZooDataset("autos", "dmba:AutoAndElectronics.zip", "autos.parquet", "newsgroup", "binary", "test_accuracy",
+               0.90, {}),
+    ZooDataset("catalog", "dmba:CatalogCrossSell", "catalog.parquet", "housewares", "binary", "test_accuracy",
+               0.65, {}),
 ]}
+#: dmba datasets: the raw columns each one's file holds besides the key and the label
+DMBA_COLUMNS = {"autos": ["article"], "catalog": ["divisions"]}
 
 
 def column_name(feature: str) -> str:
@@ -59,8 +75,41 @@ def feature_columns(name: str) -> List[str]:
     """The raw feature columns of dataset ``name`` (as the raw file and its config name them)."""
     from sklearn import datasets
 
+    if name in DMBA_COLUMNS:
+        return list(DMBA_COLUMNS[name])
     bunch = getattr(datasets, f"load_{ZOO[name].loader}")()
     return [column_name(f) for f in bunch.feature_names]
+
+
+def _dmba_frame(name: str):
+    """autos and catalog from dmba's bundled files."""
+    import zipfile
+
+    import numpy as np
+    import pandas as pd
+    from importlib.resources import files
+
+    spec = ZOO[name]
+    data = files("dmba").joinpath("csvFiles")
+    if name == "autos":
+        rows = []
+        with zipfile.ZipFile(str(data.joinpath("AutoAndElectronics.zip"))) as z:
+            for entry in sorted(n for n in z.namelist() if not n.endswith("/")):
+                post = z.read(entry).decode("latin-1")
+                head, _, body = post.partition("\n\n")  # the headers name the newsgroup: keep the subject only
+                subject = next((h[len("Subject:"):].strip() for h in head.splitlines() if h.startswith("Subject:")),
+                               "")
+                rows.append((subject + "\n" + body, entry.split("/")[-2]))
+        df = pd.DataFrame(rows, columns=["article", spec.label])
+        df.insert(0, "id", np.arange(1, len(df) + 1, dtype="int64"))
+        return df
+    raw = pd.read_csv(str(data.joinpath("CatalogCrossSell.csv.gz")))
+    others = [c for c in raw.columns if c.endswith("Division") and c != "Housewares Division"]
+    names = [c[:-len(" Division")].lower() for c in others]
+    bought = raw[others].to_numpy() == 1
+    return pd.DataFrame({"customer": raw["Customer Number"].astype("int64"),
+                         "divisions": ["|".join(n for n, b in zip(names, row) if b) for row in bought],
+                         spec.label: raw["Housewares Division"].to_numpy() == 1})
 
 
 def frame(name: str):
@@ -70,6 +119,8 @@ def frame(name: str):
     from sklearn import datasets
 
     spec = ZOO[name]
+    if name in DMBA_COLUMNS:
+        return _dmba_frame(name)
     # diabetes in its raw units (age in years, sex 1/2, ...), not sklearn's pre-scaled copy
     bunch = getattr(datasets, f"load_{spec.loader}")(**({"scaled": False} if name == "diabetes" else {}))
     df = pd.DataFrame(bunch.data, columns=[column_name(f) for f in bunch.feature_names])
@@ -120,7 +171,7 @@ def main() -> None:
     """``python bench/zoo_data.py [NAME ...] [--root work/zoo/raw]``: write the raw files."""
     import argparse
 
-    p = argparse.ArgumentParser(description="Write the dataset zoo's raw files (scikit-learn's bundled data).")
+    p = argparse.ArgumentParser(description="Write the dataset zoo's raw files (data bundled in installed packages).")
     p.add_argument("names", nargs="*", default=[], metavar="NAME",
                    help=f"datasets to write (default all: {', '.join(ZOO)})")
     p.add_argument("--root", default="work/zoo/raw", help="folder for the raw files (default work/zoo/raw)")

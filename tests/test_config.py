@@ -192,7 +192,7 @@ ERRORS = [
      r"config key 'split.validation' = -0.1: must be in \[0, 1\]$"),
     ("bad-feature-type", _set_feature_option(0, "type", "categorial"), [], ConfigError,
      (r"config key 'features\[0\].type' = 'categorial': must be one of numeric, categorical, datetime, "
-      r"boolean, crossed$")),
+      r"boolean, crossed, vector, text, set$")),
     ("duplicate-feature", _add_feature({"name": "carrier", "type": "categorical"}), [], ConfigError,
      r"config key 'features\[19\].name' = 'carrier': feature names must be unique$"),
     ("label-as-feature", _add_feature({"name": "late", "type": "boolean"}), [], ConfigError,

@@ -194,6 +194,28 @@ def test_zoo_diabetes_regression(raw_root, tmp_path):
     assert r2 > 0.3, r2
 
 
+# ---------------------------------------------------------------- autos (text), catalog (set): dmba's bundled data
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_zoo_autos_text_feature(raw_root, tmp_path):
+    """Newsgroup posts classified from their text alone: tokenized in Spark, a mean-pooled embedding bag."""
+    out, scored, _, _ = run_and_score("autos", raw_root, tmp_path, *_set("train.epochs", 12))
+    assert "label         newsgroup (string) -> int32, binary, 2 classes" in out
+    assert set(scored["prediction"]) == {"rec.autos", "sci.electronics"}
+    _check_classes("autos", scored, min_accuracy=0.9)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_zoo_catalog_set_feature(raw_root, tmp_path):
+    """A '|'-joined set of divisions as a multi-hot embedding bag; a boolean label predicted back as booleans."""
+    out, scored, _, _ = run_and_score("catalog", raw_root, tmp_path, *_set("train.epochs", 6))
+    assert set(scored["prediction"]) == {True, False}
+    _check_classes("catalog", scored, min_accuracy=0.64)  # the majority class is 0.606
+
+
 # ---------------------------------------------------------------- no demo column in the library
 
 

@@ -21,6 +21,11 @@ exactly like the written rows.
 
 Measured here (2 cores): about 2 min, 82 s of it preprocessing; peak 1.4 GB
 (JVM 1.27 GB, driver python 0.14 GB) against 2.6 GiB of data.
+
+The second test runs the same job with a ``text`` feature (a route and maker
+string: ``RegexTokenizer``, a counted vocabulary, the ids from an Arrow UDF)
+and a ``vector`` feature (six weather readings as an ``array<double>`` with
+nulls, standard-scaled per element) added, under the same heap and bounds.
 """
 
 from __future__ import annotations
@@ -56,8 +61,18 @@ spark = get_or_create_session("local[2]", "sparktrain-ooc", conf={
 max_heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
 cfg = load_config(sys.argv[5])
 cfg = replace(cfg, data=replace(cfg.data, scale=scale), output=replace(cfg.output, path=out))
+extra = json.loads(sys.argv[6])  # {"columns": {name: SQL}, "features": [spec, ...]} or {}
 t0 = time.perf_counter()
-result = run_preprocess(spark, cfg)
+if extra:
+    from sparktrain.datasets import EMBEDDED
+    from sparktrain.features.materialize import materialize
+    from sparktrain.features.spec import parse_features
+    df = EMBEDDED["flights"](spark, scale)
+    df = df.selectExpr("*", *[f"{sql} AS {name}" for name, sql in extra["columns"].items()])
+    cfg = replace(cfg, features=cfg.features + parse_features(extra["features"]))
+    result = materialize(spark, cfg, df)
+else:
+    result = run_preprocess(spark, cfg)
 print(format_summary(result), file=sys.stderr)
 print("RESULT " + json.dumps({"max_heap": max_heap, "rows": result.row_counts, "seconds": time.perf_counter() - t0,
                               "timings": result.timings}), flush=True)
@@ -91,8 +106,25 @@ def _run_and_watch(cmd, env, timeout_s, log_path):
     return proc.returncode, stdout, Path(log_path).read_text(), peak
 
 
+#: the array features' raw columns (SQL over the flights join) and specs, for the second test
+ARRAYS = {"columns": {"route_text": "concat_ws(' ', carrier, origin, dest, manufacturer)",
+                      "weather_vec": "array(temp, dewp, humid, wind_speed, pressure, visib)"},
+          "features": [{"name": "route_text", "type": "text", "max_tokens": 8},
+                       {"name": "weather_vec", "type": "vector", "scale": True}]}
+
+
 @pytest.mark.slow
 def test_preprocess_24x_flights_under_a_512m_heap(spark, flights_sample, tmp_path, record_property):
+    _out_of_core(spark, flights_sample, tmp_path, record_property, {})
+
+
+@pytest.mark.slow
+def test_text_and_vector_features_stay_out_of_core_under_a_512m_heap(spark, flights_sample, tmp_path,
+                                                                       record_property):
+    _out_of_core(spark, flights_sample, tmp_path, record_property, ARRAYS)
+
+
+def _out_of_core(spark, flights_sample, tmp_path, record_property, extra):
     sample_dir = os.path.dirname(urlparse(flights_sample.inputFiles()[0]).path)
     sample = pq.read_table(sample_dir)
     bytes_per_row = sample.nbytes / sample.num_rows
@@ -103,12 +135,13 @@ def test_preprocess_24x_flights_under_a_512m_heap(spark, flights_sample, tmp_pat
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     cmd = [sys.executable, "-c", CHILD, str(out), str(tmp_path / "spark-local"), str(SCALE), f"{HEAP_MB}m",
-           str(REPO / "conf" / "flights.yaml")]
+           str(REPO / "conf" / "flights.yaml"), json.dumps(extra)]
     rc, stdout, stderr, peak = _run_and_watch(cmd, env, timeout_s=45 * 60, log_path=tmp_path / "child.log")
     assert rc == 0, f"preprocessing failed (exit {rc}):\n{stderr[-6000:]}"
     result = json.loads([ln for ln in stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
 
-    report = {"scale": SCALE, "rows": sum(result["rows"].values()), "data_mb_arrow": round(data_bytes / 2**20),
+    report = {"scale": SCALE, "array_features": bool(extra), "rows": sum(result["rows"].values()),
+              "data_mb_arrow": round(data_bytes / 2**20),
               "max_heap_mb": round(result["max_heap"] / 2**20), "peak_rss_mb": {k: round(v / 2**20)
                                                                              for k, v in peak.items()},
               "seconds": round(result["seconds"], 1), "timings": result["timings"]}
@@ -134,6 +167,8 @@ def test_preprocess_24x_flights_under_a_512m_heap(spark, flights_sample, tmp_pat
     out = Path(resolve(str(out)))  # the committed generation
     model = PipelineModel.load(str(out / "pipeline_model"))
     raw = flights_sample.withColumn("flight_id", F.concat("flight_id", F.lit("#0")))  # replica 0 = original rows
+    if extra:
+        raw = raw.selectExpr("*", *[f"{sql} AS {name}" for name, sql in extra["columns"].items()])
     written = spark.read.parquet(*[str(out / s) for s in ("train", "validation", "test")])
     mine = written.join(raw.select("flight_id"), "flight_id", "left_semi")
     rescored = model.transform(raw)

@@ -471,6 +471,31 @@ def try_cast(name: str, spark_type: str):
     return F.expr(f"try_cast({ref} AS {spark_type})")
 
 
+def arrow_array_udf(fn, return_type: str):
+    """A scalar UDF over whole Arrow arrays: ``fn(pyarrow.Array) -> pyarrow.Array``.
+
+    ``arrow_udf`` is pyspark >= 4.1; before it, a ``pandas_udf`` converts each
+    batch's Series to Arrow and back around the same ``fn``.
+    """
+    from pyspark.sql import functions as F
+
+    if hasattr(F, "arrow_udf"):
+        import warnings
+
+        from pyspark.sql.functions import ArrowUDFType
+
+        with warnings.catch_warnings():  # "prefer type hints": fn's hints are strings under future annotations
+            warnings.simplefilter("ignore", UserWarning)
+            return F.arrow_udf(fn, return_type, ArrowUDFType.SCALAR)
+
+    def via_pandas(series):  # pragma: no cover - pyspark < 4.1
+        import pyarrow as pa
+
+        return fn(pa.array(series)).to_pandas()
+
+    return F.pandas_udf(via_pandas, return_type)  # type: ignore[call-overload]
+
+
 def _pyspark_major() -> int:
     import pyspark
 

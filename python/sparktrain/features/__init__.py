@@ -15,7 +15,9 @@ are resolved lazily on first access:
 * ``DataConfig``, ``SplitConfig``, ``OutputConfig`` (``.sections``), the
   job config's sections preprocessing reads;
 * the stages ``ColumnScaler``, ``VocabularyIndexer``, ``FlatFeatureAssembler``
-  and their models (``.stages``), ``LabelIndexer`` and its model (``.label_stage``);
+  and their models (``.stages``), ``VectorEncoder`` and ``TokenIndexer`` and
+  their models (``.array_stages``: vector, text and set features),
+  ``LabelIndexer`` and its model (``.label_stage``);
 * :func:`load_input` (``.load``): the DataFrame a ``data:`` section names.
 
 See ``docs/features.md``.
@@ -27,7 +29,10 @@ from sparktrain._internal.lazy import lazy_exports
 
 _EXPORTS = {
     "NumericFeature": "spec", "CategoricalFeature": "spec", "DatetimeFeature": "spec",
-    "BooleanFeature": "spec", "CrossedFeature": "spec", "parse_features": "spec",
+    "BooleanFeature": "spec", "CrossedFeature": "spec", "VectorFeature": "spec", "TextFeature": "spec",
+    "SetFeature": "spec", "parse_features": "spec",
+    "VectorEncoder": "array_stages", "VectorEncoderModel": "array_stages", "TokenIndexer": "array_stages",
+    "TokenIndexerModel": "array_stages",
     "compile_pipeline": "compile", "plan_features": "compile",
     "fit_features": "fit", "save_pipeline_model": "persist",
     "validate": "validate",
@@ -40,8 +45,9 @@ _EXPORTS = {
 
 __all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScalerModel", "CrossedFeature",
            "DataConfig", "DatetimeFeature", "FlatFeatureAssembler", "LabelIndexer", "LabelIndexerModel",
-           "NumericFeature", "OutputConfig", "PreprocessResult", "SplitConfig", "VocabularyIndexer",
-           "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary", "load_input",
+           "NumericFeature", "OutputConfig", "PreprocessResult", "SetFeature", "SplitConfig", "TextFeature",
+           "TokenIndexer", "TokenIndexerModel", "VectorEncoder", "VectorEncoderModel", "VectorFeature",
+           "VocabularyIndexer", "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary", "load_input",
            "materialize", "parse_features", "plan_features", "save_pipeline_model", "validate"]
 
 

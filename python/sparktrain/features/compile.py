@@ -11,8 +11,13 @@ The pipeline, in order:
    for those with ``min_frequency``/``max_vocab``.
 4. ``QuantileDiscretizer`` for numeric ``buckets`` (on the imputed values).
 5. :class:`~sparktrain.features.stages.ColumnScaler` for ``standard``/``minmax``.
-6. :class:`~sparktrain.features.stages.FlatFeatureAssembler`: float32 and int32
-   output columns, plus the key and the label when present.
+6. ``RegexTokenizer`` (lowercase) per text feature, before the imputers;
+   :class:`~sparktrain.features.array_stages.VectorEncoder` for vectors and
+   :class:`~sparktrain.features.array_stages.TokenIndexer` for text and set
+   ids, after the scaler.
+7. :class:`~sparktrain.features.stages.FlatFeatureAssembler`: float32 and int32
+   output columns (and ``array<float>``/``array<int>`` ones), plus the key and
+   the label when present.
 
 ``Pipeline.fit`` works; :func:`fit_pipeline` gives the same ``PipelineModel``
 faster by fitting estimators that do not read each other's outputs (2-4 of
@@ -27,6 +32,8 @@ categorical  ``<name>`` int32 (vocabulary index or hash bucket)
 crossed      ``<name>`` int32 (hash bucket)
 datetime     ``<name>_<part>`` int32; ``<name>_<part>_sin``/``_cos`` float32
 boolean      ``<name>`` float32 (1.0 / 0.0, null is 0.0)
+vector       ``<name>`` array<float> of the fitted width
+text, set    ``<name>`` array<int> of ``max_tokens``/``max_items`` ids
 ===========  ===========================================================
 
 :func:`plan_features` is pure Python (no Spark), so the layout is known before
@@ -47,6 +54,9 @@ from sparktrain.features.spec import (
     DatetimeFeature,
     FeatureSpec,
     NumericFeature,
+    SetFeature,
+    TextFeature,
+    VectorFeature,
 )
 
 PREFIX = INTERNAL_PREFIX  # the intermediate columns are named PREFIX<feature>__<step>
@@ -69,10 +79,11 @@ class OutputColumn:
     """One column of the training-ready output."""
 
     name: str
-    dtype: str  # "float32" or "int32"
+    dtype: str  # "float32", "int32", "array<float>" (a float block) or "array<int>" (embedding-bag ids)
     feature: str
-    role: str  # value, bucket, index, <part>, <part>_sin, <part>_cos
+    role: str  # value, bucket, index, <part>, <part>_sin, <part>_cos, block, ids
     internal: str  # the pipeline column it is cast from
+    length: Optional[int] = None  # ids per row of an array<int> column
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,9 @@ class FeaturePlan:
     string_index: List[Tuple[str, str]] = field(default_factory=list)
     vocab_index: List[Tuple[str, str, CategoricalFeature]] = field(default_factory=list)
     scale: List[Tuple[str, str, str]] = field(default_factory=list)
+    vectors: List[Tuple[str, str, VectorFeature]] = field(default_factory=list)  # (source, out, spec)
+    tokenize: List[Tuple[str, str, str]] = field(default_factory=list)  # (text in, tokens out, pattern)
+    bags: List[Tuple[str, str, FeatureSpec]] = field(default_factory=list)  # (tokens, ids, text or set spec)
     outputs: List[OutputColumn] = field(default_factory=list)
     key: Optional[str] = None
     label: Optional[str] = None
@@ -136,9 +150,27 @@ def hash_sql(columns: Sequence[str], buckets: int) -> str:
     return f"CAST(pmod(crc32(CAST({text} AS BINARY)), {int(buckets)}) AS INT)"
 
 
+def timestamp_sql(spec: DatetimeFeature) -> str:
+    """The column as a timestamp: ``try_to_timestamp`` with the feature's ``format``, else ``try_cast``."""
+    if spec.format is not None:
+        return f"try_to_timestamp(CAST({quote(spec.source)} AS STRING), {sql_string(spec.format)})"
+    return f"try_cast({quote(spec.source)} AS TIMESTAMP)"
+
+
+def set_items_sql(spec: SetFeature) -> str:
+    """A set's items as ``array<string>``: split on the delimiter (or the array cast), trimmed, without
+    nulls, empty items and repeats."""
+    if spec.delimiter is not None:
+        regex = sql_string("\\Q" + spec.delimiter.replace("\\E", "\\E\\\\E\\Q") + "\\E")
+        items = f"transform(split(CAST({quote(spec.source)} AS STRING), {regex}), x -> trim(x))"
+    else:
+        items = f"transform(CAST({quote(spec.source)} AS ARRAY<STRING>), x -> trim(x))"
+    return f"array_distinct(filter(coalesce({items}, array()), x -> x IS NOT NULL AND x != ''))"
+
+
 def datetime_sql(spec: DatetimeFeature) -> Dict[str, Tuple[str, Optional[str], Optional[str]]]:
     """Per part: (index expression, sin expression, cos expression); null gives index = period, sin = cos = 0."""
-    secs = f"unix_seconds(try_cast({quote(spec.source)} AS TIMESTAMP))"
+    secs = f"unix_seconds({timestamp_sql(spec)})"
     days = f"(({secs} - pmod({secs}, 86400)) div 86400)"
     out = {}
     for part in spec.parts:
@@ -223,6 +255,21 @@ def plan_features(specs: Sequence[FeatureSpec], key: Optional[str] = None, label
             prep = plan.internal(n, "prep")
             plan.prepare[prep] = boolean_sql(spec)
             add(n, "float32", n, "value", prep)
+        elif isinstance(spec, VectorFeature):
+            plan.vectors.append((spec.source, plan.internal(n, "vec"), spec))
+            add(n, "array<float>", n, "block", plan.internal(n, "vec"))
+        elif isinstance(spec, (TextFeature, SetFeature)):
+            tokens = plan.internal(n, "tok")
+            if isinstance(spec, TextFeature):
+                text = plan.internal(n, "text")
+                plan.prepare[text] = f"coalesce(CAST({quote(spec.source)} AS STRING), '')"
+                plan.tokenize.append((text, tokens, spec.pattern))
+                length = spec.max_tokens
+            else:
+                plan.prepare[tokens] = set_items_sql(spec)
+                length = spec.max_items
+            plan.bags.append((tokens, plan.internal(n, "ids"), spec))
+            outs.append(OutputColumn(n, "array<int>", n, "ids", plan.internal(n, "ids"), length))
         else:  # pragma: no cover - parse_features only builds the classes above
             raise ConfigError(f"features.{getattr(spec, 'name', '?')}", spec, "unknown feature type")
     seen: Dict[str, str] = {}
@@ -285,8 +332,13 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
 
     plan = plan_features(specs, key=key, label=label, types=types)
     stages: list = []
-    selects = ", ".join(f"{expr} AS {quote(col)}" for col, expr in plan.prepare.items())
-    stages.append(SQLTransformer(statement=f"SELECT *, {selects} FROM __THIS__"))
+    if plan.prepare:
+        selects = ", ".join(f"{expr} AS {quote(col)}" for col, expr in plan.prepare.items())
+        stages.append(SQLTransformer(statement=f"SELECT *, {selects} FROM __THIS__"))
+    if plan.tokenize:
+        from pyspark.ml.feature import RegexTokenizer
+        stages += [RegexTokenizer(inputCol=a, outputCol=b, pattern=p, gaps=True, toLowercase=True, minTokenLength=1)
+                   for a, b, p in plan.tokenize]
     for strategy in ("mean", "median"):
         pairs = plan.impute.get(strategy)
         if pairs:
@@ -309,6 +361,7 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
     if plan.scale:
         stages.append(ColumnScaler(inputCols=[a for a, _, _ in plan.scale], outputCols=[b for _, b, _ in plan.scale],
                                    methods=[m for _, _, m in plan.scale]))
+    stages += array_stages(plan)
     if label and label_labels is not None:
         from sparktrain.features.label_stage import model_for
         stages.append(model_for(list(label_labels), label))
@@ -319,11 +372,40 @@ def compile_pipeline(specs: Sequence[FeatureSpec], key: Optional[str] = None, la
             stages.append(LabelIndexer(labelCol=label))
     floats = [o for o in plan.outputs if o.dtype == "float32"]
     ints = [o for o in plan.outputs if o.dtype == "int32"]
-    stages.append(FlatFeatureAssembler(
+    asm = FlatFeatureAssembler(
         floatInputCols=[o.internal for o in floats], floatOutputCols=[o.name for o in floats],
         intInputCols=[o.internal for o in ints], intOutputCols=[o.name for o in ints],
-        keyCol=key or "", labelCol=label or "", keepInputCols=keep_input_cols))
+        keyCol=key or "", labelCol=label or "", keepInputCols=keep_input_cols)
+    blocks = [o for o in plan.outputs if o.dtype == "array<float>"]
+    ids = [o for o in plan.outputs if o.dtype == "array<int>"]
+    if blocks or ids:
+        asm._set(blockInputCols=[o.internal for o in blocks], blockOutputCols=[o.name for o in blocks],
+                 idsInputCols=[o.internal for o in ids], idsOutputCols=[o.name for o in ids])
+    stages.append(asm)
     return Pipeline(stages=stages)
+
+
+def array_stages(plan: FeaturePlan) -> list:
+    """The :class:`~sparktrain.features.array_stages.VectorEncoder` and
+    :class:`~sparktrain.features.array_stages.TokenIndexer` of ``plan`` (none when it has no such feature)."""
+    from sparktrain.features.array_stages import TokenIndexer, VectorEncoder
+
+    stages: list = []
+    if plan.vectors:
+        stages.append(VectorEncoder(inputCols=[a for a, _, _ in plan.vectors],
+                                    outputCols=[b for _, b, _ in plan.vectors],
+                                    scaled=[s.scale for _, _, s in plan.vectors],
+                                    onInvalid=[s.on_invalid for _, _, s in plan.vectors],
+                                    features=[s.name for _, _, s in plan.vectors]))
+    if plan.bags:
+        specs = [s for _, _, s in plan.bags]
+        stages.append(TokenIndexer(
+            inputCols=[a for a, _, _ in plan.bags], outputCols=[b for _, b, _ in plan.bags],
+            maxLengths=[s.max_tokens if isinstance(s, TextFeature) else s.max_items for s in specs],  # type: ignore
+            minFrequencies=[s.min_frequency for s in specs], maxVocabSizes=[s.max_vocab or 0 for s in specs],  # type: ignore
+            vocabLimits=[s.vocab_limit for s in specs], hashBuckets=[s.hash_buckets or 0 for s in specs],  # type: ignore
+            sources=[f"column '{s.source}' (feature '{s.name}', {s.type})" for s in specs]))  # type: ignore
+    return stages
 
 
 def _columns(stage, single: str, multi: str) -> Optional[set]:

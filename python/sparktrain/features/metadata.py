@@ -40,8 +40,19 @@ Layout (``format: sparktrain.features/1``)::
         {"name": "sold_at", "type": "datetime", "source": "sold_at", "cyclical": true,
          "parts": [{"part": "hour", "column": "sold_at_hour", "period": 24, "null_index": 24,
                     "sin": "sold_at_hour_sin", "cos": "sold_at_hour_cos"}, ...]},
-        {"name": "x", "type": "boolean", "source": "x", "outputs": ["x"]}
+        {"name": "x", "type": "boolean", "source": "x", "outputs": ["x"]},
+        {"name": "emb", "type": "vector", "source": "emb", "width": 64, "on_invalid": "impute",
+         "scale": {"method": "standard", "mean": [..], "std": [..]}},        # or {"method": "none"}
+        {"name": "title", "type": "text", "source": "title", "pattern": "\\W+", "lowercase": true,
+         "length": 32, "encoding": "vocabulary", "vocabulary": ["the", ...], "vocab_size": 5000,
+         "padding_index": 0, "unknown_index": 1, "num_indices": 5002, "pooling": "mean"},
+        {"name": "tags", "type": "set", "source": "tags", "delimiter": "|", "length": 16,
+         "encoding": "hash", "hash": {"function": "crc32", "buckets": 256, "offset": 2}, ...}
       ]
+
+Array outputs appear in ``columns`` too: a vector as ``{"dtype": "array<float>",
+"width": 64}``, text and set ids as ``{"dtype": "array<int>", "length": 32,
+"cardinality": 5002, "pooling": "mean"}``.
     }
 
 A label written from the data as it is (no :mod:`sparktrain.features.label`
@@ -59,7 +70,16 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from sparktrain.errors import DataError
 from sparktrain.features.compile import CROSS_SEPARATOR, DATETIME_PERIODS, FeaturePlan
-from sparktrain.features.spec import BooleanFeature, CategoricalFeature, CrossedFeature, DatetimeFeature, NumericFeature
+from sparktrain.features.spec import (
+    BooleanFeature,
+    CategoricalFeature,
+    CrossedFeature,
+    DatetimeFeature,
+    NumericFeature,
+    SetFeature,
+    TextFeature,
+    VectorFeature,
+)
 
 FORMAT = "sparktrain.features/1"
 FILE_NAME = "features.json"
@@ -76,8 +96,19 @@ def fitted_values(model: Any) -> Dict[str, Dict[str, Any]]:
 
     from sparktrain.features.stages import ColumnScalerModel, VocabularyIndexerModel
 
-    out: Dict[str, Dict[str, Any]] = {"impute": {}, "splits": {}, "labels": {}, "scale": {}}
+    from sparktrain.features.array_stages import TokenIndexerModel, VectorEncoderModel
+
+    out: Dict[str, Dict[str, Any]] = {"impute": {}, "splits": {}, "labels": {}, "scale": {}, "vectors": {},
+                                      "tokens": {}}
     for stage in model.stages:
+        if isinstance(stage, VectorEncoderModel):
+            for c, w, mean, sd in zip(stage.getInputCols(), stage.getWidths(), stage.getMeans(), stage.getStds()):
+                out["vectors"][c] = {"width": int(w), "mean": list(mean), "std": list(sd)}
+            continue
+        if isinstance(stage, TokenIndexerModel):
+            for c, v, rows in zip(stage.getInputCols(), stage.getVocabularies(), stage.numIds()):
+                out["tokens"][c] = {"vocabulary": list(v), "num_indices": int(rows)}
+            continue
         if isinstance(stage, ImputerModel):
             row = stage.surrogateDF.first()  # one row: a surrogate per column
             for c in stage.getInputCols():
@@ -122,6 +153,8 @@ def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
     schema = dict(schema or {})
     features: List[Dict[str, Any]] = []
     cardinality: Dict[str, int] = {}
+    width: Dict[str, int] = {}
+    pooling: Dict[str, str] = {}
     for spec in plan.specs:
         n = spec.name
         outputs = [o.name for o in plan.outputs_of(n)]
@@ -176,9 +209,29 @@ def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
                     item.update(sin=f"{n}_{part}_sin", cos=f"{n}_{part}_cos")
                 parts.append(item)
                 cardinality[f"{n}_{part}"] = period + 1
-            entry.update(cyclical=spec.cyclical, parts=parts)
+            entry.update(cyclical=spec.cyclical, parts=parts, format=spec.format)
         elif isinstance(spec, BooleanFeature):
             pass
+        elif isinstance(spec, VectorFeature):
+            vec = fitted["vectors"][spec.source]
+            width[n] = vec["width"]
+            entry.update(width=vec["width"], on_invalid=spec.on_invalid,
+                         scale=({"method": "standard", "mean": vec["mean"], "std": vec["std"]} if spec.scale
+                                else {"method": "none"}))
+        elif isinstance(spec, (TextFeature, SetFeature)):
+            tok = fitted["tokens"][plan.internal(n, "tok")]
+            if isinstance(spec, TextFeature):
+                entry.update(pattern=spec.pattern, lowercase=True, length=spec.max_tokens)
+            else:
+                entry.update(delimiter=spec.delimiter, length=spec.max_items)
+            if spec.hash_buckets is not None:
+                entry.update(encoding="hash", hash={"function": "crc32", "buckets": spec.hash_buckets, "offset": 2})
+            else:
+                entry.update(encoding="vocabulary", vocabulary=tok["vocabulary"], vocab_size=len(tok["vocabulary"]),
+                             min_frequency=spec.min_frequency, max_vocab=spec.max_vocab, vocab_limit=spec.vocab_limit)
+            entry.update(padding_index=0, unknown_index=1, num_indices=tok["num_indices"], pooling=spec.pooling)
+            cardinality[n] = tok["num_indices"]
+            pooling[n] = spec.pooling
         entry["outputs"] = outputs
         features.append(entry)
     columns = []
@@ -186,6 +239,10 @@ def build_metadata(plan: FeaturePlan, fitted: Mapping[str, Mapping[str, Any]],
         col: Dict[str, Any] = {"name": o.name, "dtype": o.dtype, "feature": o.feature, "role": o.role}
         if o.dtype == "int32":
             col["cardinality"] = cardinality[o.name]
+        elif o.dtype == "array<float>":
+            col["width"] = width[o.name]
+        elif o.dtype == "array<int>":
+            col.update(length=o.length, cardinality=cardinality[o.name], pooling=pooling[o.name])
         columns.append(col)
     label_entry: Optional[Dict[str, Any]] = None
     if label is not None:

@@ -413,6 +413,14 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
     passThroughCols: "Param[List[str]]" = Param(
         Params._dummy(), "passThroughCols", "more columns passed through as they are, when present",
         typeConverter=TypeConverters.toListString)
+    blockInputCols: "Param[List[str]]" = Param(Params._dummy(), "blockInputCols", "array columns cast to "
+                                               "array<float> (float blocks)", typeConverter=TypeConverters.toListString)
+    blockOutputCols: "Param[List[str]]" = Param(Params._dummy(), "blockOutputCols", "names of the array<float> "
+                                                "columns", typeConverter=TypeConverters.toListString)
+    idsInputCols: "Param[List[str]]" = Param(Params._dummy(), "idsInputCols", "array columns cast to array<int> "
+                                             "(embedding-bag ids)", typeConverter=TypeConverters.toListString)
+    idsOutputCols: "Param[List[str]]" = Param(Params._dummy(), "idsOutputCols", "names of the array<int> columns",
+                                              typeConverter=TypeConverters.toListString)
 
     @keyword_only
     def __init__(self, *, floatInputCols: Optional[List[str]] = None, floatOutputCols: Optional[List[str]] = None,
@@ -421,7 +429,8 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
                  keepInputCols: Optional[bool] = None) -> None:
         super().__init__()
         self._setDefault(floatInputCols=[], floatOutputCols=[], intInputCols=[], intOutputCols=[],
-                         keyCol="", labelCol="", keepInputCols=False, passThroughCols=[])
+                         keyCol="", labelCol="", keepInputCols=False, passThroughCols=[], blockInputCols=[],
+                         blockOutputCols=[], idsInputCols=[], idsOutputCols=[])
         self.setParams(**self._input_kwargs)
 
     @keyword_only
@@ -447,11 +456,14 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
     def _transform(self, dataset: DataFrame) -> DataFrame:
         f_in, f_out = self.getOrDefault(self.floatInputCols), self.getOrDefault(self.floatOutputCols)
         i_in, i_out = self.getOrDefault(self.intInputCols), self.getOrDefault(self.intOutputCols)
-        if len(f_in) != len(f_out) or len(i_in) != len(i_out):
-            raise ConfigError("FlatFeatureAssembler", (f_in, f_out, i_in, i_out),
+        b_in, b_out = self.getOrDefault(self.blockInputCols), self.getOrDefault(self.blockOutputCols)
+        d_in, d_out = self.getOrDefault(self.idsInputCols), self.getOrDefault(self.idsOutputCols)
+        if len(f_in) != len(f_out) or len(i_in) != len(i_out) or len(b_in) != len(b_out) or len(d_in) != len(d_out):
+            raise ConfigError("FlatFeatureAssembler", (f_in, f_out, i_in, i_out, b_in, b_out, d_in, d_out),
                               "give one output column per input column")
-        available = _require_columns(dataset, f_in + i_in, "the DataFrame given to FlatFeatureAssembler.transform")
-        outputs = set(f_out) | set(i_out)
+        available = _require_columns(dataset, f_in + i_in + b_in + d_in,
+                                     "the DataFrame given to FlatFeatureAssembler.transform")
+        outputs = set(f_out) | set(i_out) | set(b_out) | set(d_out)
         cols: List[str] = []
         key, label = self.getKeyCol(), self.getLabelCol()
         if key and key in available:
@@ -465,6 +477,8 @@ class FlatFeatureAssembler(Transformer, DefaultParamsReadable, DefaultParamsWrit
                      if not c.startswith(INTERNAL_PREFIX) and c not in outputs and c not in (key, label, *passed)]
         cols += [f"CAST({quote(c)} AS FLOAT) AS {quote(o)}" for c, o in zip(f_in, f_out)]
         cols += [f"CAST({quote(c)} AS INT) AS {quote(o)}" for c, o in zip(i_in, i_out)]
+        cols += [f"CAST({quote(c)} AS ARRAY<FLOAT>) AS {quote(o)}" for c, o in zip(b_in, b_out)]
+        cols += [f"CAST({quote(c)} AS ARRAY<INT>) AS {quote(o)}" for c, o in zip(d_in, d_out)]
         return dataset.selectExpr(*cols)  # SQL text: about one JVM call per column, not five
 
 

@@ -23,11 +23,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from sparktrain.errors import DataError, MissingColumnError, SchemaError
 from sparktrain.features._sql import quote
+from sparktrain.features.compile import timestamp_sql
 from sparktrain.features.spec import (
     CategoricalFeature,
     CrossedFeature,
+    DatetimeFeature,
     FeatureSpec,
     NumericFeature,
+    SetFeature,
 )
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,9 @@ ACCEPTED = {
     "datetime": ("timestamp", "timestamp_ntz", "date", "string"),
     "categorical": _NUMBER + ("decimal", "boolean", "string", "date"),
     "crossed": _NUMBER + ("decimal", "boolean", "string", "date"),
+    "vector": ("vector",) + tuple(f"array<{t}>" for t in _NUMBER + ("decimal",)),
+    "text": ("string",),
+    "set": ("array<string>", "string"),
 }
 #: approx_count_distinct errs by ~2%; refuse early only when clearly over the limit.
 APPROX_SLACK = 1.05
@@ -55,6 +61,8 @@ class ValidationReport:
 
 
 def _base_type(simple: str) -> str:
+    if simple.startswith("array<decimal"):
+        return "array<decimal>"
     return simple.split("(", 1)[0]
 
 
@@ -77,6 +85,14 @@ def check_schema(schema: Any, specs: Sequence[FeatureSpec], key: Optional[str] =
                 raise SchemaError(
                     f"column '{c}' has type {types[c]}, which a {spec.type} feature ('{spec.name}') cannot use "
                     f"(accepted: {', '.join(ACCEPTED[spec.type])}). Cast it in your ETL or change the feature type.")
+            if isinstance(spec, DatetimeFeature) and spec.format is not None and base != "string":
+                raise SchemaError(
+                    f"column '{c}' has type {types[c]}; format ({spec.format!r}) parses strings only. Remove "
+                    f"format from feature '{spec.name}' (a {types[c]} is read as it is).")
+            if isinstance(spec, SetFeature) and base == "string" and spec.delimiter is None:
+                raise SchemaError(
+                    f"column '{c}' is a string, which a set feature ('{spec.name}') reads only with a delimiter. "
+                    f"Set delimiter (e.g. delimiter: '|'), or give an array<string> column.")
     for col, role in ((key, "data.key"), (label, "data.label")):
         if col and col not in types:
             raise MissingColumnError(col, available, f"the input data (configured as {role})")
@@ -103,8 +119,11 @@ def validation_sql(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: 
         s = quote(spec.source)
         is_string = _base_type(types[spec.source]) == "string"
         target = {"numeric": "DOUBLE", "datetime": "TIMESTAMP", "boolean": "BOOLEAN"}.get(spec.type)
+        cast = f"try_cast({s} AS {target})"
+        if isinstance(spec, DatetimeFeature):
+            cast = timestamp_sql(spec)
         if target and is_string:
-            bad = f"{s} IS NOT NULL AND try_cast({s} AS {target}) IS NULL"
+            bad = f"{s} IS NOT NULL AND {cast} IS NULL"
             exprs += [(f"v{i}_bad", f"count_if({bad})"), (f"v{i}_sample", f"min(IF({bad}, {s}, NULL))")]
         if isinstance(spec, NumericFeature):
             # simple expressions on purpose: this pass runs over all the input
@@ -112,7 +131,7 @@ def validation_sql(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: 
             exprs += [(f"v{i}_nonnull", f"count({v})"), (f"v{i}_nan", f"count_if(isnan({v}))"),
                       (f"v{i}_inf", f"count_if(abs({v}) = CAST('Infinity' AS DOUBLE))")]
         elif target:
-            exprs.append((f"v{i}_present", f"count(try_cast({s} AS {target}))"))
+            exprs.append((f"v{i}_present", f"count({cast})"))
         else:
             exprs.append((f"v{i}_present", f"count({s})"))
         if (distinct and isinstance(spec, CategoricalFeature) and spec.hash_buckets is None
@@ -137,9 +156,13 @@ def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label
         src, where = spec.source, f"column '{spec.source}' (feature '{spec.name}', {spec.type})"
         if got.get("bad"):
             target = {"numeric": "a number", "datetime": "a timestamp", "boolean": "a boolean"}[spec.type]
+            fix, how = "declare the feature as categorical", ""
+            if isinstance(spec, DatetimeFeature):
+                how = f" (read with format {spec.format!r})" if spec.format else " (read as ISO-8601)"
+                fix = "set format: to its Spark datetime pattern (e.g. 'yyyy/MM/dd'), or " + fix
             raise DataError(
                 f"{where} has {got['bad']:,} of {rows:,} values that cannot be cast to {target}, "
-                f"e.g. {got['sample']!r}. Clean the column in your ETL, or declare the feature as categorical.")
+                f"e.g. {got['sample']!r}{how}. Clean the column in your ETL, or {fix}.")
         if not got["present"]:
             what = "null, NaN or infinite" if isinstance(spec, NumericFeature) else "null"
             raise DataError(f"{where} is {what} in all {rows:,} rows, so there is nothing to learn from it. "

@@ -32,6 +32,8 @@ import pyarrow.compute as pc
 from sparktrain.errors import DataError, MissingColumnError
 
 _TRUE = {"t", "true", "y", "yes", "1"}
+#: Feature types that :func:`transform_local` refuses: the Spark pipeline applies them.
+SPARK_ONLY = ("vector", "text", "set")
 
 
 def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
@@ -74,6 +76,11 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
     values: Dict[str, np.ndarray] = {}
     for f in meta["features"]:
         kind = f["type"]
+        if kind in SPARK_ONLY or (kind == "datetime" and f.get("format")):
+            what = f"a {kind} feature" + (" with a format" if kind == "datetime" else "")
+            raise DataError(f"feature '{f['name']}' is {what}, which only the fitted Spark pipeline applies "
+                            f"(tokenizer, vector conversion or Spark datetime patterns). Score with Spark: "
+                            f"sparktrain score, or sparktrain.serve.pyfunc.load_spark_model(uri).transform(df)")
         if kind == "crossed":
             cols = [_require(table, c, f["name"]) for c in f["columns"]]
             values[f["name"]] = _hash(cols, f["hash"]["buckets"], f["hash"]["separator"])
@@ -115,6 +122,11 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
         import pandas as pd
         return pd.DataFrame(out)
     return out
+
+
+def needs_spark(meta: Mapping[str, Any]) -> bool:
+    """Whether a feature of ``features.json`` is one :func:`transform_local` refuses (Spark applies it)."""
+    return any(f["type"] in SPARK_ONLY or (f["type"] == "datetime" and f.get("format")) for f in meta["features"])
 
 
 def _load(features_json: Union[Mapping[str, Any], str]) -> Mapping[str, Any]:

@@ -20,7 +20,12 @@ but the pinned dependencies.
 Signature types: a numeric feature's column is ``double`` (pass floats; NaN or
 null is missing), a categorical or crossed column keeps its raw type
 (``string``, ``long``, ``boolean``, ``double``), a datetime column is
-``datetime`` (naive values are read in ``features.json``'s ``timezone``).
+``datetime`` (naive values are read in ``features.json``'s ``timezone``), a
+vector column ``array(double)``, a text column ``string`` and a set column
+``array(string)`` (or ``string`` with a delimiter).  A model with a vector,
+text or set feature, or a datetime ``format``, is scored by its Spark pipeline
+(``sparktrain score``, :func:`load_spark_model`); its pyfunc ``predict``
+refuses the rows with an error that says so.
 """
 
 from __future__ import annotations
@@ -54,7 +59,11 @@ def raw_columns(meta: Dict[str, Any]) -> List[Tuple[str, str]]:
     out: Dict[str, str] = {}
 
     def add(col: str, spark_type: Optional[str], kind: str) -> None:
-        if kind == "numeric":
+        if kind == "vector":
+            t = "array<double>"
+        elif kind == "set" and str(spark_type or "").startswith("array"):
+            t = "array<string>"
+        elif kind == "numeric":
             t = "double"
         elif kind == "datetime":
             t = "datetime"
@@ -94,7 +103,12 @@ def model_signature(meta: Dict[str, Any], inputs: Any):
     from mlflow.types import ColSpec, DataType, Schema
     from mlflow.types.schema import Array
 
-    cols: List[Any] = [ColSpec(DataType[t], name) for name, t in raw_columns(meta)]
+    def col_type(t: str) -> Any:
+        if t.startswith("array<"):
+            return Array(DataType[t[len("array<"):-1]])
+        return DataType[t]
+
+    cols: List[Any] = [ColSpec(col_type(t), name) for name, t in raw_columns(meta)]
     outs: List[Any] = [ColSpec(Array(DataType.double) if t.startswith("array") else DataType[t], n)
                        for n, t in output_columns(inputs.task, inputs.prediction_type)]
     return ModelSignature(inputs=Schema(cols), outputs=Schema(outs))
@@ -261,17 +275,23 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     entirely in Spark (the JVM runs the feature stages).
     """
     from mlflow.artifacts import download_artifacts
+
+    local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)
+    return spark_model_from(local, model_uri)
+
+
+def spark_model_from(local: str, model_uri: str = ""):
+    """:func:`load_spark_model` of a model already downloaded to the folder ``local``."""
     from pyspark.ml import PipelineModel
 
     from sparktrain.train.worker import InputSpec
     from sparktrain.train.model import KerasModel, TorchModel
 
-    local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)
     root = os.path.join(local, "artifacts")
     pipeline = os.path.join(root, PIPELINE)
     if not os.path.isdir(pipeline):
         from sparktrain.errors import TrackingError
-        raise TrackingError(f"model {model_uri} has no fitted Spark pipeline ({PIPELINE}/); "
+        raise TrackingError(f"model {model_uri or local} has no fitted Spark pipeline ({PIPELINE}/); "
                             f"score it with mlflow.pyfunc.spark_udf instead")
     with open(os.path.join(root, NETWORK, "spec.json")) as fh:
         spec = json.load(fh)

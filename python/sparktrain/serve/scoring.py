@@ -185,11 +185,55 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
     if clashes:
         raise ConfigError("--input", where, f"it already has column(s) {', '.join(clashes)} that scoring adds; "
                                             f"drop or rename them")
+    spark_model = spark_pipeline_if_needed(model_uri)
+    if spark_model is not None:
+        return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs])
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
     udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=result_type, env_manager="local")
     args = F.struct(*[try_cast(n, _spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
     tmp = "__sparktrain_scores"
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+
+
+def spark_pipeline_if_needed(model_uri: str):
+    """The model as a Spark ``PipelineModel`` when a feature needs Spark to apply (a vector, text or set feature,
+    a datetime format: :data:`sparktrain.serve.local.SPARK_ONLY`), else None (the pyfunc scores it)."""
+    import json
+
+    from mlflow.artifacts import download_artifacts
+
+    from sparktrain.serve.local import needs_spark
+    from sparktrain.serve.pyfunc import FEATURES, spark_model_from
+
+    local = download_artifacts(artifact_uri=model_uri)
+    path = os.path.join(local, "artifacts", FEATURES, "features.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        if not needs_spark(json.load(fh)):
+            return None
+    return spark_model_from(local, model_uri)
+
+
+def score_with_pipeline(model: Any, df: Any, outputs: List[Tuple[str, str]]):
+    """``df`` plus ``outputs`` from the fitted feature pipeline and the network, in Spark.
+
+    Every column of ``df`` is carried through the pipeline under a private
+    name (the assembler's pass-through columns), so the output keeps the raw
+    values even where a feature's output has the same name as its source.
+    """
+    from pyspark.sql import functions as F
+
+    from sparktrain.features._sql import quote
+    from sparktrain.features.stages import FlatFeatureAssembler
+
+    keep = {f"__sparktrain_keep{i}": c for i, c in enumerate(df.columns)}
+    frame = df.select("*", *[F.col(quote(c)).alias(k) for k, c in keep.items()])
+    for stage in model.stages:
+        if isinstance(stage, FlatFeatureAssembler):
+            stage._set(passThroughCols=list(keep), keepInputCols=False)
+    out = model.transform(frame)
+    return out.select(*[F.col(k).alias(c) for k, c in keep.items()], *[F.col(n).cast(t).alias(n) for n, t in outputs])
 
 
 def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,

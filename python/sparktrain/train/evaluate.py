@@ -69,7 +69,8 @@ def baseline_name(task: str) -> str:
 
 
 def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalResult:
-    """Spark MLlib on the same inputs (categoricals one-hot encoded), scored like :func:`evaluate_model`.
+    """Spark MLlib on the same inputs (categoricals one-hot encoded, bags of ids as counts), scored like
+    :func:`evaluate_model`.
 
     Binary: LogisticRegression (AUC, accuracy); multiclass: multinomial
     LogisticRegression (accuracy); regression: LinearRegression (RMSE, R²).
@@ -97,11 +98,21 @@ def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalRes
             test = test.withColumn(f"{c}__vec", array_to_vector(F.col(f"`{c}`")))
     cats = [c for c, _ in inputs.categorical]
     stages: List[Any] = []
+    bags = [b[0] for b in inputs.bags]
+    if bags:  # a text or set feature's ids as a bag of words: CountVectorizer over the ids as strings
+        from pyspark.ml.feature import CountVectorizer
+
+        for c in bags:
+            train = train.withColumn(f"{c}__ids", F.col(f"`{c}`").cast("array<string>"))
+            test = test.withColumn(f"{c}__ids", F.col(f"`{c}`").cast("array<string>"))
+        stages += [CountVectorizer(inputCol=f"{c}__ids", outputCol=f"{c}__bow", vocabSize=rows)
+                   for c, _, rows, _ in inputs.bags]
     if cats:
         stages.append(OneHotEncoder(inputCols=cats, outputCols=[f"{c}__oh" for c in cats], dropLast=False,
                                     handleInvalid="keep"))
     stages.append(VectorAssembler(inputCols=[*inputs.numeric, *(f"{c}__vec" for c in blocks),
-                                             *(f"{c}__oh" for c in cats)], outputCol="__x",
+                                             *(f"{c}__oh" for c in cats), *(f"{c}__bow" for c in bags)],
+                                  outputCol="__x",
                                   handleInvalid="keep"))
     task = inputs.task
     if task == "regression":

@@ -198,7 +198,14 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             f"label cannot be learned")
     skip = {label, *exclude, *(numeric or []), *(categorical or []), *(vectors or {})}
     preprocessed = any(k in (meta or {}) for k in ("features", "float_columns", "columns"))
+    bags: List[Tuple[str, int, int, str]] = []
     if preprocessed:  # the spec decided the columns: floats are numeric, integers indices (as before)
+        arrays = array_columns(meta)
+        if vectors is None:
+            vectors = {c: w for c, (kind, w, _, _) in arrays.items() if kind == "block" and c not in skip}
+        bags = [(c, int(n), int(rows), str(pool)) for c, (kind, n, rows, pool) in arrays.items()
+                if kind == "ids" and c not in skip and c in stats]
+        skip |= set(arrays)
         kinds = {c: ("numeric" if pa.types.is_floating(s["type"]) else
                      "categorical" if pa.types.is_integer(s["type"]) else "other")
                  for c, s in stats.items() if c not in skip}
@@ -259,9 +266,26 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             raise SchemaError(f"label column '{label}' has no statistics to count its classes; write the data "
                               f"with Spark (which records min/max) or sparktrain preprocess")
         num_classes = int(known) if known else int(stats[label]["max"]) + 1
-    if not numeric and not cat and not blocks:
+    if not numeric and not cat and not blocks and not bags:
         raise SchemaError(f"no input columns found in '{train_path}': need float (numeric) or integer "
                           f"(categorical index) columns, Spark ML vectors or numeric lists besides the label "
                           f"'{label}'")
     return InputSpec(numeric=tuple(numeric), categorical=tuple(cat), label=label, task=task,
-                     num_classes=num_classes, classes=classes, vectors=blocks)
+                     num_classes=num_classes, classes=classes, vectors=blocks, bags=tuple(bags))
+
+
+def array_columns(meta: Optional[Dict[str, Any]]) -> Dict[str, Tuple[str, int, int, str]]:
+    """A preprocessed dataset's array outputs from ``features.json``: ``{column: (kind, n, rows, pooling)}``.
+
+    ``kind`` is ``block`` (``array<float>``, ``n`` its width) or ``ids``
+    (``array<int>`` embedding-bag ids: ``n`` per row, ``rows`` embedding rows).
+    """
+    out: Dict[str, Tuple[str, int, int, str]] = {}
+    for col in (meta or {}).get("columns", []) or []:
+        if not isinstance(col, dict):
+            continue
+        if col.get("dtype") == "array<float>":
+            out[col["name"]] = ("block", int(col["width"]), 0, "")
+        elif col.get("dtype") == "array<int>":
+            out[col["name"]] = ("ids", int(col["length"]), int(col["cardinality"]), str(col.get("pooling", "mean")))
+    return out

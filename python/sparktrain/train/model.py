@@ -172,7 +172,7 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
     from sparktrain.train._executor.predict import digest
     key = digest(model_bytes)
     sources = dict(sources or {})
-    blocks = {c for c, _ in inputs.vectors}
+    blocks = {c for c, _ in inputs.vectors} | {b[0] for b in inputs.bags}  # array columns: 2-D arrays
 
     def score(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa

@@ -17,9 +17,10 @@ Arrays = Tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def to_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Arrays:
-    """``(numeric [B, numeric_width] float32, categorical [B, n_cat] int64, label [B])``.
+    """``(numeric [B, numeric_width] float32, categorical [B, cat_width] int64, label [B])``.
 
-    The float input holds the numeric columns, then each float block (``inputs.vectors``) in order.
+    The float input holds the numeric columns, then each float block (``inputs.vectors``) in order; the
+    integer input the categorical indices, then each bag's ids (``inputs.bags``) in order.
     """
     n = len(batch[inputs.label])
     x_num = np.empty((n, inputs.numeric_width), dtype=np.float32)
@@ -34,12 +35,18 @@ def to_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Arrays:
                             f"batch has {seen}. Give it rows of {width} values (the length it was trained on)")
         x_num[:, j:j + width] = block
         j += width
-    if inputs.categorical:
-        x_cat = np.empty((n, len(inputs.categorical)), dtype=np.int64)
-        for j, (col, card) in enumerate(inputs.categorical):
-            x_cat[:, j] = np.clip(batch[col], 0, card - 1)
-    else:
-        x_cat = np.zeros((n, 0), dtype=np.int64)
+    x_cat = np.empty((n, inputs.cat_width), dtype=np.int64)
+    for j, (col, card) in enumerate(inputs.categorical):
+        x_cat[:, j] = np.clip(batch[col], 0, card - 1)
+    j = len(inputs.categorical)
+    for col, length, rows, _ in inputs.bags:
+        ids = batch[col]
+        if ids.ndim != 2 or ids.shape[1] != length:
+            seen = ids.shape[1] if ids.ndim == 2 else "no fixed length"
+            raise DataError(f"column '{col}' holds {length} token ids per row for this model, but a batch has "
+                            f"{seen}. Transform the rows with the feature pipeline the model was trained with")
+        x_cat[:, j:j + length] = np.clip(ids, 0, rows - 1)
+        j += length
     y = np.asarray(batch[inputs.label])
     y = y.astype(np.int64) if inputs.task == "multiclass" else y.astype(np.float32)
     return x_num, x_cat, y

@@ -236,7 +236,7 @@ def empty_arrays(inputs: InputSpec) -> Arrays:
     """A batch of zero rows (a rank with nothing left still takes part in the step's collectives)."""
     y = np.zeros(0, dtype=np.int64 if inputs.task == "multiclass" else np.float32)
     return (np.zeros((0, inputs.numeric_width), dtype=np.float32),
-            np.zeros((0, len(inputs.categorical)), dtype=np.int64), y)
+            np.zeros((0, inputs.cat_width), dtype=np.int64), y)
 
 
 def dummy_row(x_num: np.ndarray, x_cat: np.ndarray, y: np.ndarray) -> Arrays:

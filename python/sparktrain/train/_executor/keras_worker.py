@@ -37,7 +37,7 @@ from sparktrain._internal.secrets import mask_value
 from sparktrain.train._executor.checkpoint import Checkpointer
 from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
 from sparktrain.train._executor.context import WorkerContext
-from sparktrain.train._executor.keras_model import build_default_model, make_loss, to_prediction_np
+from sparktrain.train._executor.keras_model import build_default_model, make_loss, split_inputs, to_prediction_np
 from sparktrain.train._executor.loop import Adapter, Arrays, Hook, Loop
 from sparktrain.train._executor.reporter import Reporter
 from sparktrain.train._executor.spec import WorkerSpec
@@ -105,7 +105,7 @@ class KerasAdapter(Adapter):
         if spec.loss_factory:
             import cloudpickle
             self.loss_obj = cloudpickle.loads(spec.loss_factory)()
-        self.n_cat = len(spec.inputs.categorical)
+        self.n_cat = spec.inputs.cat_width
         y_dtype = tf.int64 if self.task == "multiclass" else tf.float32
         self.sig = (tf.TensorSpec([None, spec.inputs.numeric_width], tf.float32),
                     tf.TensorSpec([None, self.n_cat], tf.int64), tf.TensorSpec([None], y_dtype),
@@ -124,7 +124,7 @@ class KerasAdapter(Adapter):
     # -- the compiled pieces ------------------------------------------------------------------------------
 
     def forward(self, x_num: Any, x_cat: Any, training: bool) -> Any:
-        out = self.model([x_num, *[x_cat[:, i:i + 1] for i in range(self.n_cat)]], training=training)
+        out = self.model(split_inputs(x_num, x_cat, self.spec.inputs), training=training)
         return self.tf.cast(out, self.tf.float32)
 
     def per_example_loss(self, y: Any, logits: Any) -> Any:

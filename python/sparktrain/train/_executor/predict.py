@@ -113,8 +113,9 @@ def _load_keras(model_bytes: bytes, inputs: InputSpec) -> Predictor:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
 
-    from sparktrain.train._executor.keras_model import split_inputs
+    from sparktrain.train._executor.keras_model import split_inputs, token_bag_layer
 
+    token_bag_layer()  # registered before load_model reads a network with bags
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.keras")
         with open(path, "wb") as fh:
@@ -122,7 +123,7 @@ def _load_keras(model_bytes: bytes, inputs: InputSpec) -> Predictor:
         model = keras.models.load_model(path, compile=False)
 
     def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
-        out = model(split_inputs(x_num, x_cat), training=False)
+        out = model(split_inputs(x_num, x_cat, inputs), training=False)
         return np.asarray(out, dtype=np.float64)
 
     return predict

@@ -20,6 +20,13 @@ class InputSpec:
     ``vector_to_array``); the reader hands it over as a ``[rows, width]``
     array.  The network sees the numeric columns and then each block,
     concatenated into one ``[B, numeric_width]`` float32 input.
+
+    An *embedding bag* (``bags``: a text or set feature) is one ``array<int>``
+    column of ``length`` ids per row (``0`` padding, ``1`` unknown, ``2 ..
+    rows-1`` the vocabulary or hash buckets).  The integer input ``x_cat``
+    holds the categorical indices, then each bag's ``length`` ids:
+    ``[B, cat_width]``; the default network pools each bag's embeddings
+    (``mean`` or ``sum``, padding excluded).
     """
 
     numeric: Tuple[str, ...]
@@ -29,10 +36,17 @@ class InputSpec:
     num_classes: int = 1
     classes: Tuple[Any, ...] = ()  # the original label value of each class index (empty: the index itself)
     vectors: Tuple[Tuple[str, int], ...] = ()  # (column, width): fixed-length float blocks
+    bags: Tuple[Tuple[str, int, int, str], ...] = ()  # (column, ids per row, embedding rows, mean | sum)
 
     @property
     def columns(self) -> List[str]:
-        return [*self.numeric, *(c for c, _ in self.vectors), *(c for c, _ in self.categorical)]
+        return [*self.numeric, *(c for c, _ in self.vectors), *(c for c, _ in self.categorical),
+                *(b[0] for b in self.bags)]
+
+    @property
+    def cat_width(self) -> int:
+        """Width of the network's integer input: one per categorical column plus each bag's length."""
+        return len(self.categorical) + sum(b[1] for b in self.bags)
 
     @property
     def numeric_width(self) -> int:
@@ -51,6 +65,7 @@ class InputSpec:
         d["categorical"] = [list(x) for x in self.categorical]
         d["classes"] = list(self.classes)
         d["vectors"] = [list(x) for x in self.vectors]
+        d["bags"] = [list(x) for x in self.bags]
         return d
 
     @classmethod
@@ -58,7 +73,8 @@ class InputSpec:
         return cls(numeric=tuple(d["numeric"]), categorical=tuple((c, int(n)) for c, n in d["categorical"]),
                    label=d["label"], task=d["task"], num_classes=int(d.get("num_classes", 1)),
                    classes=tuple(d.get("classes") or ()),
-                   vectors=tuple((c, int(w)) for c, w in d.get("vectors") or ()))
+                   vectors=tuple((c, int(w)) for c, w in d.get("vectors") or ()),
+                   bags=tuple((c, int(n), int(r), str(p)) for c, n, r, p in d.get("bags") or ()))
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,11 @@ class ModelSpec:
     def from_dict(cls, d: Dict[str, Any]) -> "ModelSpec":
         return cls(hidden_units=tuple(d["hidden_units"]), embedding_dim=int(d["embedding_dim"]),
                    dropout=float(d["dropout"]))
+
+
+def bag_dim(model: ModelSpec, rows: int) -> int:
+    """Embedding width of a bag (text or set feature) with ``rows`` ids: ``embedding_dim``, at most ``rows``."""
+    return max(1, min(model.embedding_dim, rows))
 
 
 # One frozen spec per group of sparktrain.settings (fields = the group's settings; tests/test_settings.py

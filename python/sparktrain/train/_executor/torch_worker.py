@@ -17,20 +17,35 @@ import numpy as np
 from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
 from sparktrain.train._executor.context import WorkerContext
 from sparktrain.train._executor.loop import Adapter, Arrays, Hook, Loop
-from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec
+from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec, bag_dim
 
 
 def build_default_model(inputs: InputSpec, model: ModelSpec):
-    """Embeddings for categorical indices + numerics -> MLP -> task head."""
+    """Embeddings for categorical indices, pooled embedding bags for token ids, numerics -> MLP -> task head.
+
+    A bag (``inputs.bags``) is an ``nn.EmbeddingBag`` (``mode`` mean or sum)
+    with ``padding_idx=0``, so padding takes no part in the pooling.
+    """
     import torch
     from torch import nn
+
+    cat_dims = [min(model.embedding_dim, card) for _, card in inputs.categorical]
+    bag_dims = [bag_dim(model, rows) for _, _, rows, _ in inputs.bags]
 
     class TabularNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.embeddings = nn.ModuleList(
-                [nn.Embedding(card, min(model.embedding_dim, card)) for _, card in inputs.categorical])
-            width = inputs.numeric_width + sum(min(model.embedding_dim, c) for _, c in inputs.categorical)
+                [nn.Embedding(card, d) for (_, card), d in zip(inputs.categorical, cat_dims)])
+            self.bags = nn.ModuleList([nn.EmbeddingBag(rows, d, mode=mode, padding_idx=0)
+                                       for (_, _, rows, mode), d in zip(inputs.bags, bag_dims)])
+            self.n_cat = len(inputs.categorical)
+            self.bag_slices = []
+            start = self.n_cat
+            for _, length, _, _ in inputs.bags:
+                self.bag_slices.append((start, start + length))
+                start += length
+            width = inputs.numeric_width + sum(cat_dims) + sum(bag_dims)
             layers: List[nn.Module] = []
             for units in model.hidden_units:
                 layers += [nn.Linear(width, units), nn.ReLU()]
@@ -43,6 +58,7 @@ def build_default_model(inputs: InputSpec, model: ModelSpec):
 
         def forward(self, x_num, x_cat):
             parts = [x_num] + [emb(x_cat[:, i]) for i, emb in enumerate(self.embeddings)]
+            parts += [bag(x_cat[:, a:b]) for bag, (a, b) in zip(self.bags, self.bag_slices)]
             return self.mlp(torch.cat(parts, dim=1))
 
     return TabularNet()
