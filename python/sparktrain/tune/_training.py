@@ -223,7 +223,9 @@ class DistributedRunner:
         log.debug("trial %d: plan and record %.3f s, training %.3f s, model %.3f s", number, t_plan, t_run - t_plan,
                   time.perf_counter() - t0 - t_run)
         last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
-        return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0)
+        gpus = tuple(a for r in sorted(result.devices) for a in (result.devices[r].get("addresses") or []))
+        return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0,
+                            gpus=gpus)
 
     def cancel(self, number: int) -> None:
         """A timed-out trial: cancel its gang's stage (its job group holds no job of the trial's)."""

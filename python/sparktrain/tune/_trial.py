@@ -55,8 +55,10 @@ def freeze_imports() -> bool:
     Called at a task's start: the previous task's garbage is gone (PySpark's worker loop collects
     after every task), so what is frozen is the imported modules, plus this task's own small
     closure once per freeze.  After the first trials import their framework, nothing new is
-    imported and nothing more is frozen.
+    imported and nothing more is frozen.  ``SPARKTRAIN_GC_FREEZE=0`` (the worker's environment) turns it off.
     """
+    if os.environ.get("SPARKTRAIN_GC_FREEZE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
     if len(sys.modules) <= _frozen_modules[0]:
         return False
     gc.freeze()

@@ -53,7 +53,7 @@ class TrialRecord:
     end_s : float
         When its result reached the driver, in seconds since the search started (time to a good model).
     gpus : tuple of str
-        The GPU addresses Spark gave a single-task trial's task (empty without GPUs).
+        The GPU addresses Spark gave the trial's task(s), by rank (empty without GPUs).
     """
 
     number: int
