@@ -248,7 +248,9 @@ class Gang:
                             param_digests={r: v.get("digest", "") for r, v in by_rank.items()},
                             attempts=max(v.get("attempt", 0) for v in by_rank.values()) + 1,
                             seconds=time.perf_counter() - t0, hosts={r: v.get("host", "") for r, v in by_rank.items()},
-                            world_sizes=[self.n])
+                            world_sizes=[self.n],
+                            devices={r: {"addresses": list(v.get("gpus") or []), "host": v.get("host", "")}
+                                     for r, v in by_rank.items()})
 
     def _peers_alive(self, trial: _Trial, watchdog: StallWatchdog) -> bool:
         """Whether every rank without a result still sends heartbeats (stuck in a collective, not dead).

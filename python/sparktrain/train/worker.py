@@ -52,7 +52,7 @@ def train_local(spec: WorkerSpec) -> Dict[str, Any]:
     # a search's trial reports to the search's channel (pruning verdicts, heartbeats); a plain one to nobody
     reporter = Reporter(spec.progress_address, 0, host, spec.token, run=spec.run_id)
     ctx = WorkerContext(rank=0, world_size=1, host=host, master_host=host, master_port=0, aux_port=aux,
-                        attempt=attempt, checkpointer=checkpointer, reporter=reporter)
+                        attempt=attempt, checkpointer=checkpointer, reporter=reporter, gpu_addresses=_task_gpus())
     from sparktrain.train._executor.task import train_rank
 
     try:
@@ -60,6 +60,17 @@ def train_local(spec: WorkerSpec) -> Dict[str, Any]:
     finally:
         reporter.close()
     return {"history": result.get("history", []), "model_bytes": result.get("model_bytes")}
+
+
+def _task_gpus() -> list:
+    """The GPU addresses of the Spark task this runs in (none outside a task): the device comes from Spark."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # a pyfunc server without pyspark
+        return []
+    ctx = TaskContext.get()
+    resources = ctx.resources() if ctx is not None else {}
+    return list(resources["gpu"].addresses) if "gpu" in resources else []
 
 
 def predict_arrays(framework: str, model_bytes: bytes, inputs: InputSpec, arrays: Dict[str, Any],

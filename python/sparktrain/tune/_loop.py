@@ -60,6 +60,7 @@ class TrialOutcome:
     objective_seconds: Optional[float] = None
     error: Optional[str] = None
     traceback: Optional[str] = None
+    gpus: Tuple[str, ...] = ()  # the GPU addresses Spark gave the trial's task
 
 
 #: ``runner(number, params)`` runs one trial; it is called in a pool thread already inside the trial's job group.
@@ -284,7 +285,7 @@ class SearchLoop:
             metrics={k: v for k, v in (outcome.metrics if outcome else {}).items() if v is not None},
             error=error, seconds=seconds, objective_seconds=outcome.objective_seconds if outcome else None,
             job_group=trial.group, history=history, traceback=tb, epochs=len(history),
-            end_s=time.time() - self.started)
+            end_s=time.time() - self.started, gpus=tuple(outcome.gpus) if outcome else ())
         self.records.append(record)
         self.engine.tell(trial.handle, status, metric, error)
         self._update_best(record, outcome)

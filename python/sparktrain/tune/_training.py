@@ -2,7 +2,7 @@
 
 * :class:`SingleTaskRunner` (``tune.mode: single``) builds a one-worker
   :class:`~sparktrain.train.worker.WorkerSpec` for the trial and runs
-  it as one tiny Spark job, ``spark.range(1, numPartitions=1).mapInArrow(...)``.
+  it as one tiny Spark job (:class:`~sparktrain.tune._stage.TrialStage`: planned once per search).
   The data goes by path in the spec; nothing is broadcast.
 * :class:`DistributedRunner` (``tune.mode: distributed``) fits the estimator,
   a barrier stage of ``train.num_workers`` tasks (its plan, preflight and
@@ -22,7 +22,6 @@ trial is a barrier stage of its own.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import time
@@ -33,7 +32,8 @@ from sparktrain.config import JobConfig, TrainConfig
 from sparktrain.errors import ConfigError
 from sparktrain.tune._channel import SearchChannel, StoreWatch, Watch
 from sparktrain.tune._loop import TrialOutcome
-from sparktrain.tune._trial import RESULT_SCHEMA, make_trial_task, train_single
+from sparktrain.tune._stage import TrialStage
+from sparktrain.tune._trial import train_single
 
 log = logging.getLogger(__name__)
 
@@ -43,29 +43,15 @@ PRUNE_WAIT_S = 10.0
 REUSE_GANGS = True
 
 
-def run_task(spark, call: Callable[[], Any], metric: str = "loss") -> TrialOutcome:
-    """Run ``call()`` in one Spark task on an executor; its failure comes back as ``error``."""
-    t0 = time.perf_counter()
-    task = make_trial_task(call, metric)
-    rows = spark.range(0, 1, 1, numPartitions=1).mapInArrow(task, RESULT_SCHEMA).collect()
-    row = rows[0]
-    log.debug("trial task on %s (pid %s): %.3f s in the objective, %.3f s in all", row["host"], row["pid"],
-              row["seconds"], time.perf_counter() - t0)
-    metrics = json.loads(row["metrics"])
-    return TrialOutcome(metrics=metrics, history=json.loads(row["history"]),
-                        model=bytes(row["model"]) if row["model"] is not None else None,
-                        objective_seconds=row["seconds"], error=row["error"] if not row["ok"] else None,
-                        traceback=row["traceback"])
-
-
 class ObjectiveRunner:
     """Runs a user objective ``objective(params) -> float | dict`` as a single-task trial."""
 
     def __init__(self, spark, objective: Callable[[Dict[str, Any]], Any], metric: str) -> None:
         self.spark, self.objective, self.metric = spark, objective, metric
+        self.stage = TrialStage(spark, metric)
 
     def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
-        return run_task(self.spark, functools.partial(self.objective, params), self.metric)
+        return self.stage.run(functools.partial(self.objective, params))
 
 
 class _TrainingPlan:
@@ -160,6 +146,8 @@ class SingleTaskRunner:
 
     def __init__(self, spark, plan: _TrainingPlan) -> None:
         self.spark, self.plan = spark, plan
+        # the trial's task asks for the estimator's GPUs, as a fit's barrier stage and a gang do
+        self.stage = TrialStage(spark, gpus=plan.cfg.train.gpus_per_worker if plan.cfg.train else 0)
 
     def watch(self, number: int, params: Dict[str, Any]) -> Watch:
         return self.plan.watch(number, params)
@@ -176,7 +164,7 @@ class SingleTaskRunner:
 
         plan = self.plan.single_plan(params, self.plan.run_id(number))
         record_run(plan)  # the trial's folder in the store is a recorded run, as a fit's is
-        outcome = run_task(self.spark, functools.partial(train_single, plan.spec))
+        outcome = self.stage.run(functools.partial(train_single, plan.spec))
         if outcome.error is None and outcome.model is not None:
             outcome.model = _LazyModel(self.plan, params, plan, outcome.model, outcome.history)
         return outcome
@@ -249,7 +237,9 @@ class DistributedRunner:
         log.debug("trial %d: plan and record %.3f s, training %.3f s, model %.3f s", number, t_plan, t_run - t_plan,
                   time.perf_counter() - t0 - t_run)
         last = {k: v for k, v in (history[-1] if history else {}).items() if k != "epoch"}
-        return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0)
+        gpus = tuple(a for r in sorted(result.devices) for a in (result.devices[r].get("addresses") or []))
+        return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0,
+                            gpus=gpus)
 
     def cancel(self, number: int) -> None:
         """A timed-out trial: cancel its gang's stage (its job group holds no job of the trial's)."""

@@ -5,6 +5,15 @@ The task calls a zero-argument callable built on the driver, either
 ``functools.partial(train_single, spec)`` (train a one-worker model from the
 materialized Parquet, by path) or ``functools.partial(user_objective, params)``.
 
+On classic Spark the search plans that job once and reuses it for every trial
+(:func:`make_planned_task`): the callable then comes pickled in the job's local
+property :data:`CALL_PROPERTY` rather than inside the plan.  The property's
+name contains ``secret``, so Spark's default ``spark.redaction.regex`` keeps its
+value out of event logs.  Each task also freezes (``gc.freeze()``) the modules
+that the trials before it imported in this reused Python worker, so the
+``gc.collect()`` PySpark runs after every task no longer walks them
+(:mod:`sparktrain._internal.daemon` does the same for what the daemon imports).
+
 Failures of the objective are *returned* as a row (``ok = false`` with the
 message and traceback), not raised: Spark would otherwise retry the task
 ``spark.task.maxFailures`` times on a cluster.  Only a crashed or killed task
@@ -17,19 +26,77 @@ This module imports nothing from the driver side (no Hyperopt, MLflow or
 
 from __future__ import annotations
 
+import base64
+import gc
 import json
 import math
 import os
+import pickle
 import socket
+import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterator
+from typing import Any, Callable, Dict, Iterator, List
 
 from sparktrain._internal.secrets import mask_value
 from sparktrain.train.worker import WorkerSpec
 
 RESULT_SCHEMA = ("ok BOOLEAN, metrics STRING, history STRING, model BINARY, error STRING, traceback STRING, "
-                 "seconds DOUBLE, host STRING, pid INT")
+                 "seconds DOUBLE, host STRING, pid INT, gpus STRING")
+#: the job's local property that carries a trial's pickled callable to the planned trial task
+CALL_PROPERTY = "sparktrain.trial.secret.call"
+
+_frozen_modules: List[int] = [0]  # len(sys.modules) at this process's last gc.freeze()
+
+
+def freeze_imports() -> bool:
+    """``gc.freeze()`` when modules were imported since the last freeze in this process (a reused worker).
+
+    Called at a task's start: the previous task's garbage is gone (PySpark's worker loop collects
+    after every task), so what is frozen is the imported modules, plus this task's own small
+    closure once per freeze.  After the first trials import their framework, nothing new is
+    imported and nothing more is frozen.  ``SPARKTRAIN_GC_FREEZE=0`` (the worker's environment) turns it off.
+    """
+    if os.environ.get("SPARKTRAIN_GC_FREEZE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if len(sys.modules) <= _frozen_modules[0]:
+        return False
+    gc.freeze()
+    _frozen_modules[0] = len(sys.modules)
+    return True
+
+
+def encode_call(call: Callable[[], Any]) -> str:
+    """``call`` pickled (by value where needed: cloudpickle) as the text of :data:`CALL_PROPERTY`."""
+    from pyspark import cloudpickle
+
+    return base64.b64encode(cloudpickle.dumps(call)).decode("ascii")
+
+
+class _PropertyCall:
+    """The trial's callable, read from the task's local property; unpickling errors are the trial's failure."""
+
+    def __init__(self, encoded: Any) -> None:
+        self.encoded = encoded
+
+    def __call__(self) -> Any:
+        if not self.encoded:
+            raise RuntimeError(f"the trial's task found no local property {CALL_PROPERTY!r}: the planned trial job "
+                               "was run outside sparktrain's search (or without its property)")
+        return pickle.loads(base64.b64decode(self.encoded))()
+
+
+def make_planned_task(metric: str = "loss") -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of the search's planned trial job: the callable comes with each job."""
+
+    def planned_trial_task(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        call = _PropertyCall(ctx.getLocalProperty(CALL_PROPERTY) if ctx is not None else None)
+        return make_trial_task(call, metric)(batches)
+
+    return planned_trial_task
 
 
 def make_trial_task(call: Callable[[], Any], metric: str = "loss") -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -43,9 +110,11 @@ def make_trial_task(call: Callable[[], Any], metric: str = "loss") -> Callable[[
 
         for _ in batches:  # one placeholder row
             pass
+        freeze_imports()
         t0 = time.perf_counter()
         row: Dict[str, Any] = {"ok": True, "metrics": "{}", "history": "[]", "model": None, "error": None,
-                               "traceback": None, "host": socket.gethostname(), "pid": os.getpid()}
+                               "traceback": None, "host": socket.gethostname(), "pid": os.getpid(),
+                               "gpus": json.dumps(task_gpus())}
         try:
             out = normalize(call(), metric)
             row.update(metrics=json.dumps(out["metrics"]), history=json.dumps(out["history"]),
@@ -64,7 +133,17 @@ def _arrow_schema():
 
     return pa.schema([("ok", pa.bool_()), ("metrics", pa.string()), ("history", pa.string()),
                       ("model", pa.binary()), ("error", pa.string()), ("traceback", pa.string()),
-                      ("seconds", pa.float64()), ("host", pa.string()), ("pid", pa.int32())])
+                      ("seconds", pa.float64()), ("host", pa.string()), ("pid", pa.int32()),
+                      ("gpus", pa.string())])
+
+
+def task_gpus() -> List[str]:
+    """The GPU addresses Spark gave the running task (its ``ResourceProfile`` or the session's task resources)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    resources = ctx.resources() if ctx is not None else {}
+    return list(resources["gpu"].addresses) if "gpu" in resources else []
 
 
 def normalize(out: Any, metric: str = "loss") -> Dict[str, Any]:

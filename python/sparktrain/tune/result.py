@@ -52,6 +52,8 @@ class TrialRecord:
         Epochs the trial trained (fewer than planned when pruned; 0 for a custom objective).
     end_s : float
         When its result reached the driver, in seconds since the search started (time to a good model).
+    gpus : tuple of str
+        The GPU addresses Spark gave the trial's task(s), by rank (empty without GPUs).
     """
 
     number: int
@@ -68,6 +70,7 @@ class TrialRecord:
     traceback: Optional[str] = None
     epochs: int = 0
     end_s: float = 0.0
+    gpus: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,7 @@ def run_trial(spec: WorkerSpec, seq: int, attempt: int, group: Dict[str, Any], b
             checkpointer.write_model(out.pop("model_bytes"), {
                 "framework": spec.framework, "inputs": spec.inputs.to_dict(), "launch": spec.launch_id,
                 "history": out.get("history", [])})
-        return {**base, "ok": True, "digest": out.get("param_digest", ""),
+        return {**base, "ok": True, "digest": out.get("param_digest", ""), "gpus": list(ctx.gpu_addresses),
                 "history": out.get("history", []) if rank == 0 else None,
                 "timing": {"setup_s": t1 - t0, "train_s": t2 - t1, "model_s": time.perf_counter() - t2,
                            "reused_group": bool(group.get("reuse"))}}
