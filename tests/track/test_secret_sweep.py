@@ -152,7 +152,8 @@ def test_a_cli_job_with_a_password_in_its_tracking_uri_leaves_no_secret(tmp_path
         client = MlflowClient(server.url)
         versions = client.search_model_versions("name = 'sweep-model'")
         runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id], max_results=100)
-    assert sorted(v.version for v in versions) == ["1", "2"]  # the train stage's model, the search's best
+    # the train stage's model, the search's best
+    assert sorted(v.version for v in versions) == ["1", "2"], proc.stdout[-3000:] + proc.stderr[-6000:]
     assert sum(r.data.tags.get("sparktrain.kind") == "trial" and r.info.status == "FAILED" for r in runs) == 2
     assert sum(r.data.tags.get("sparktrain.kind") == "trial" and r.info.status == "FINISHED" for r in runs) == 2
     assert "password=***" in proc.stderr and "cannot fetch the pretrained weights with token=***" in proc.stderr

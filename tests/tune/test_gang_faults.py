@@ -68,7 +68,8 @@ def test_a_dead_rank_resumes_its_trial_and_a_hung_trial_is_killed(tmp_path):
     # seed 2 draws epochs 1, 2, 1, 1: trial 2 is the one the fault hits
     assert [t["epochs"] for t in results["dead"]] == [1, 2, 1, 1]
     dead = {t["number"]: t for t in results["dead"]}
-    assert all(t["status"] == "FINISHED" for t in dead.values()), dead
+    why = {n: (t["status"], t["error"]) for n, t in dead.items()}
+    assert all(t["status"] == "FINISHED" for t in dead.values()), (why, proc.stderr[-6000:])
     assert dead[2]["ran"] == 2 and dead[2]["starts"] == [["started", 0], ["resumed", 1]]  # the retried stage
     hang = {t["number"]: t for t in results["hang"]}
     assert hang[2]["status"] == "KILLED" and "timed out after 20 s" in hang[2]["error"], hang
