@@ -96,6 +96,31 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(tmp_path, ca
         ck.load_latest()  # never a silent fresh start over a run that has checkpoints
 
 
+def test_pruning_after_a_fallback_keeps_the_checkpoint_resumed_from(tmp_path):
+    """Resumed from 5 after 6 was torn: saving 6 again (on a disk that fills up) never prunes 5 for the torn 6."""
+    from pyarrow import fs as pafs
+
+    from sparktrain.errors import StoreWriteError
+    from sparktrain.train._executor.checkpoint import Checkpointer
+    from tests._faultfs import FullDisk
+
+    disk = FullDisk(pafs.LocalFileSystem(), room=10 ** 6)
+    ck = Checkpointer(Store(str(tmp_path), filesystem=disk), "r")
+    for seq in (5, 6):
+        ck.save(seq, {"seq": seq}, b"s" * 100, keep=2)
+    torn = tmp_path / "r" / "checkpoints" / "ckpt-000006.ckpt"
+    torn.write_bytes(torn.read_bytes()[:50])
+    assert ck.load_latest()[0] == 5 and ck.skipped == [6]
+    disk.room = 10
+    with pytest.raises(StoreWriteError):
+        ck.save(6, {"seq": 6}, b"t" * 100, keep=2)
+    assert ck.load_latest()[0] == 5  # still there to resume from
+    disk.room = 10 ** 6
+    ck.save(6, {"seq": 6}, b"t" * 100, keep=2)
+    ck.save(7, {"seq": 7}, b"u" * 100, keep=2)
+    assert [s for s, _ in ck.checkpoints()] == [6, 7] and ck.load_latest()[0] == 7
+
+
 def test_a_full_disk_names_the_path_and_keeps_the_previous_checkpoint(tmp_path):
     from pyarrow import fs as pafs
 

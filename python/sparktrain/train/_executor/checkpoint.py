@@ -13,7 +13,8 @@ raises :class:`~sparktrain.errors.StoreWriteError` naming the path.  Pruning
 happens before a save (down to the newest checkpoint and the best), so a
 full disk gets the space back before the next write, and after it.  On
 resume, a checkpoint that does not pass its checks (truncated, altered) is
-skipped with a warning and an event, and the previous one is used.
+skipped with a warning (rank 0's ``resumed`` event lists it), and the
+previous one is used; pruning never counts such a newer one as the newest.
 """
 
 from __future__ import annotations
@@ -78,11 +79,11 @@ class Checkpointer:
             previous checkpoints are there.
         """
         if keep > 0:
-            self.prune(max(keep - 1, 1), best)
+            self.prune(max(keep - 1, 1), best, below=seq)
         rel = self.run.checkpoint_rel(seq)
         self.store.write_bytes(rel, seal(meta, state))
         if keep > 0:
-            self.prune(keep, best)
+            self.prune(keep, best, below=seq + 1)
         return rel
 
     def load(self, rel: str) -> Tuple[Dict[str, Any], bytes]:
@@ -122,9 +123,13 @@ class Checkpointer:
                 f"a checkpoint into that folder")
         return None
 
-    def prune(self, keep: int, best: Optional[int]) -> List[int]:
-        """Delete all but the newest ``keep`` checkpoints and ``best``; returns the deleted sequence numbers."""
-        found = self.checkpoints()
+    def prune(self, keep: int, best: Optional[int], below: Optional[int] = None) -> List[int]:
+        """Delete all but the newest ``keep`` checkpoints and ``best``; returns the deleted sequence numbers.
+
+        With ``below``, only checkpoints numbered below it count (and go): those from ``below`` on are
+        an earlier launch's, skipped as unreadable on resume, that the run is about to write again.
+        """
+        found = [(seq, rel) for seq, rel in self.checkpoints() if below is None or seq < below]
         doomed = [(seq, rel) for seq, rel in found[:-keep] if seq != best] if keep > 0 else []
         for _, rel in doomed:
             try:
