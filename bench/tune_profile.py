@@ -239,6 +239,23 @@ def main() -> None:
     ratio = statistics.median(before) / max(statistics.median(after), 1e-3)
     print(f"overhead per trial: {statistics.median(after):.0f} ms after vs {statistics.median(before):.0f} ms "
           f"before ({ratio:.1f}x less; goal < 200 ms)")
+    from benchlib import Results, met_at_least, met_at_most, ratios
+
+    res = Results("tune_profile", {"trials": args.trials, "parallelism": args.parallelism, "sleep_s": args.sleep,
+                                   "repeats": args.repeats},
+                  title=f"single-task trial profile, {args.trials} trials of a {args.sleep:g} s objective")
+    for key, name in ROWS:
+        for variant in ("before", "after"):
+            runs = [r[key] for r in results[variant]["runs"] if key in r]
+            if runs:
+                res.add(f"{name}, {variant}", runs, "ms", digits=0)
+    res.goal("single-task trial overhead after the fixes (ms)", after, "< 200 ms", met_at_most(after, 200.0),
+             digits=0)
+    less = ratios(before, after)
+    res.goal("single-task trial overhead, before / after", less, ">= 1 (less)", met_at_least(less, 1.0), digits=1)
+    res.note("before: a DataFrame planned per trial, no gc.freeze() in the Python workers; after: one planned "
+             "job per search thread, the daemon's and the trials' imports frozen.")
+    print(f"results: {res.write()}")
     if "cprofile" in results["after"]:
         print("\ndriver cProfile (after), cumulative:\n" + results["after"]["cprofile"])
 
