@@ -5,16 +5,19 @@ Real local[2] Spark; values, not timings (bench/tune_profile.py measures the tim
 
 from __future__ import annotations
 
+import base64
 import functools
 import gc
+import json
 import sys
 
 import pytest
 
 from sparktrain._internal import daemon
+from sparktrain._internal.seal import new_key, seal, unseal
 from sparktrain.tune import _stage, _trial
 from sparktrain.tune._stage import TrialStage
-from sparktrain.tune._trial import CALL_PROPERTY, RESULT_SCHEMA, make_planned_task
+from sparktrain.tune._trial import CALL_PROPERTY, RESULT_SCHEMA, encode_call, make_planned_task
 
 
 def _square(x: float) -> dict:
@@ -49,9 +52,45 @@ def test_trials_plan_their_own_job_when_plan_once_is_off(spark, monkeypatch):
 
 
 def test_the_planned_task_without_its_property_fails_with_the_property_named(spark):
-    row = spark.range(0, 1, 1, numPartitions=1).mapInArrow(make_planned_task("loss"), RESULT_SCHEMA).collect()[0]
+    task = make_planned_task("loss", new_key())
+    row = spark.range(0, 1, 1, numPartitions=1).mapInArrow(task, RESULT_SCHEMA).collect()[0]
     assert not row["ok"]
     assert CALL_PROPERTY in row["error"] and "outside sparktrain's search" in row["error"]
+
+
+def test_the_planned_task_opens_only_what_its_key_sealed(spark):
+    """The callable in the job's property is sealed (Spark logs local properties as they are)."""
+    key, other = new_key(), new_key()
+    sc = spark.sparkContext
+    df = spark.range(0, 1, 1, numPartitions=1).mapInArrow(make_planned_task("loss", key), RESULT_SCHEMA)
+    try:
+        sc.setLocalProperty(CALL_PROPERTY, encode_call(functools.partial(_square, 4.0), other))
+        wrong = df.collect()[0]
+        sealed = encode_call(functools.partial(_square, 4.0), key)
+        sc.setLocalProperty(CALL_PROPERTY, sealed)
+        right = df.collect()[0]
+    finally:
+        sc.setLocalProperty(CALL_PROPERTY, None)
+    assert not wrong["ok"] and "failed its authentication check" in wrong["error"]
+    assert right["ok"] and json.loads(right["metrics"]) == {"loss": 16.0}
+    assert b"_square" not in base64.b64decode(sealed)  # the pickled function's names are not readable
+
+
+def test_seal_round_trips_and_refuses_a_wrong_key_or_an_altered_text():
+    key = new_key()
+    for body in (b"", b"x", bytes(range(256)) * 40):
+        text = seal(body, key)
+        assert unseal(text, key) == body
+        assert seal(body, key) != text  # a fresh nonce each time
+    text = seal(b"payload", key)
+    with pytest.raises(ValueError, match="authentication check"):
+        unseal(text, new_key())
+    raw = bytearray(base64.b64decode(text))
+    raw[-1] ^= 1
+    with pytest.raises(ValueError, match="authentication check"):
+        unseal(base64.b64encode(bytes(raw)).decode(), key)
+    with pytest.raises(ValueError, match="shorter than its nonce"):
+        unseal(base64.b64encode(b"short").decode(), key)
 
 
 def test_reused_python_workers_have_the_daemons_imports_frozen(spark):

@@ -10,7 +10,8 @@ search thread (one per trial that runs at once: a Dataset's plan is not
 shared between threads) around a fixed task function, and runs it again for
 every trial; the trial's callable travels in a local property of the job
 (:data:`~sparktrain.tune._trial.CALL_PROPERTY`), set in the running thread
-only, like its job group.  Under Spark Connect (no local properties) each
+only, like its job group, and sealed with a key of the stage's that only the
+planned function carries (Spark logs local properties unredacted).  Under Spark Connect (no local properties) each
 trial plans its own DataFrame, as before.
 
 Resources: the trial's task asks for the estimator's GPUs
@@ -31,6 +32,7 @@ import time
 from typing import Any, Callable, Optional
 
 from sparktrain._internal import spark_compat
+from sparktrain._internal.seal import new_key
 from sparktrain.tune._loop import TrialOutcome
 from sparktrain.tune._trial import CALL_PROPERTY, RESULT_SCHEMA, encode_call, make_planned_task, make_trial_task
 
@@ -59,6 +61,7 @@ class TrialStage:
         self.spark, self.metric, self.gpus = spark, metric, int(gpus)
         self.profile = training_profile(spark, self.gpus)  # None: the session's task resources (logged once)
         self.planned = PLAN_ONCE and not spark_compat.is_connect(spark)
+        self._key = new_key()  # seals each trial's callable; travels only inside the planned function
         self._local = threading.local()  # this thread's planned DataFrame
 
     def _frame(self, task: Callable[..., Any]):
@@ -75,9 +78,9 @@ class TrialStage:
         else:
             frame = getattr(self._local, "frame", None)
             if frame is None:
-                frame = self._local.frame = self._frame(make_planned_task(self.metric))
+                frame = self._local.frame = self._frame(make_planned_task(self.metric, self._key))
             sc = self.spark.sparkContext
-            sc.setLocalProperty(CALL_PROPERTY, encode_call(call))
+            sc.setLocalProperty(CALL_PROPERTY, encode_call(call, self._key))
             try:
                 rows = frame.collect()
             finally:

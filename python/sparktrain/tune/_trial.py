@@ -7,11 +7,12 @@ materialized Parquet, by path) or ``functools.partial(user_objective, params)``.
 
 On classic Spark the search plans that job once and reuses it for every trial
 (:func:`make_planned_task`): the callable then comes pickled in the job's local
-property :data:`CALL_PROPERTY` rather than inside the plan.  The property's
-name contains ``secret``, so Spark's default ``spark.redaction.regex`` keeps its
-value out of event logs.  Each task also freezes (``gc.freeze()``) the modules
-that the trials before it imported in this reused Python worker, so the
-``gc.collect()`` PySpark runs after every task no longer walks them
+property :data:`CALL_PROPERTY` rather than inside the plan, sealed
+(:mod:`sparktrain._internal.seal`) with a per-search key that only the planned
+function carries: Spark writes local properties to its event log unredacted.
+Each task also freezes (``gc.freeze()``) the modules that the trials before
+it imported in this reused Python worker, so the ``gc.collect()`` PySpark
+runs after every task no longer walks them
 (:mod:`sparktrain._internal.daemon` does the same for what the daemon imports).
 
 Failures of the objective are *returned* as a row (``ok = false`` with the
@@ -26,7 +27,6 @@ This module imports nothing from the driver side (no Hyperopt, MLflow or
 
 from __future__ import annotations
 
-import base64
 import gc
 import json
 import math
@@ -38,13 +38,14 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterator, List
 
+from sparktrain._internal.seal import seal, unseal
 from sparktrain._internal.secrets import mask_value
 from sparktrain.train.worker import WorkerSpec
 
 RESULT_SCHEMA = ("ok BOOLEAN, metrics STRING, history STRING, model BINARY, error STRING, traceback STRING, "
                  "seconds DOUBLE, host STRING, pid INT, gpus STRING")
 #: the job's local property that carries a trial's pickled callable to the planned trial task
-CALL_PROPERTY = "sparktrain.trial.secret.call"
+CALL_PROPERTY = "sparktrain.trial.call"
 
 _frozen_modules: List[int] = [0]  # len(sys.modules) at this process's last gc.freeze()
 
@@ -66,34 +67,37 @@ def freeze_imports() -> bool:
     return True
 
 
-def encode_call(call: Callable[[], Any]) -> str:
-    """``call`` pickled (by value where needed: cloudpickle) as the text of :data:`CALL_PROPERTY`."""
+def encode_call(call: Callable[[], Any], key: bytes) -> str:
+    """``call`` pickled (by value where needed: cloudpickle) and sealed with ``key``: :data:`CALL_PROPERTY`'s text."""
     from pyspark import cloudpickle
 
-    return base64.b64encode(cloudpickle.dumps(call)).decode("ascii")
+    return seal(cloudpickle.dumps(call), key)
 
 
 class _PropertyCall:
-    """The trial's callable, read from the task's local property; unpickling errors are the trial's failure."""
+    """The trial's callable, read from the task's local property; opening errors are the trial's failure."""
 
-    def __init__(self, encoded: Any) -> None:
-        self.encoded = encoded
+    def __init__(self, encoded: Any, key: bytes) -> None:
+        self.encoded, self.key = encoded, key
 
     def __call__(self) -> Any:
         if not self.encoded:
             raise RuntimeError(f"the trial's task found no local property {CALL_PROPERTY!r}: the planned trial job "
                                "was run outside sparktrain's search (or without its property)")
-        return pickle.loads(base64.b64decode(self.encoded))()
+        return pickle.loads(unseal(self.encoded, self.key))()  # only what this search's key sealed is unpickled
 
 
-def make_planned_task(metric: str = "loss") -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function of the search's planned trial job: the callable comes with each job."""
+def make_planned_task(metric: str, key: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of the search's planned trial job: the callable comes with each job.
+
+    ``key`` (the search's, from :func:`sparktrain._internal.seal.new_key`) travels in this function only.
+    """
 
     def planned_trial_task(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        call = _PropertyCall(ctx.getLocalProperty(CALL_PROPERTY) if ctx is not None else None)
+        call = _PropertyCall(ctx.getLocalProperty(CALL_PROPERTY) if ctx is not None else None, key)
         return make_trial_task(call, metric)(batches)
 
     return planned_trial_task
