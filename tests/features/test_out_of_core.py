@@ -26,10 +26,11 @@ The second test runs the same job with a ``text`` feature (a route and maker
 string: ``RegexTokenizer``, a counted vocabulary, the ids from an Arrow UDF)
 and a ``vector`` feature (six weather readings as an ``array<double>`` with
 nulls, standard-scaled per element) added, under the same heap and bounds (the
-added columns count in the data's size).  Measured here on Dec 2 2026 under a
-load of 13 (other jobs on the 2 cores): 870 s of preprocessing; heap 456 MiB;
-peak PSS 2.03 GB (JVM and its Python UDF workers 1.93 GB, driver python 0.11
-GB) against ~3.2 GB of data.
+added columns count in the data's size).  Measured here on Dec 2 2026 in two
+runs under a load of 4-13 (other jobs on the 2 cores): 636 and 870 s of
+preprocessing (the test 13.4 min for the first); heap 456 MiB; peak PSS 1.81
+and 2.03 GB (JVM and its Python UDF workers 1.72 / 1.93 GB, driver python 0.11
+GB) against 3.12 GiB of data.
 """
 
 from __future__ import annotations
