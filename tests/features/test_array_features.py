@@ -61,6 +61,7 @@ def dataset(spark, raw_dir, tmp_path_factory):
     return materialize(spark, _cfg(raw_dir, tmp_path_factory.mktemp("arrays_ds") / "dataset"))
 
 
+@pytest.mark.slow  # the module's dataset: materialize of 4,000 rows with fallback fitting, ~40-80 s here
 def test_the_new_types_are_written_as_fixed_length_arrays(dataset):
     meta = json.loads(Path(dataset.features_json).read_text())
     cols = {c["name"]: c for c in meta["columns"]}

@@ -25,7 +25,12 @@ Measured here (2 cores): about 2 min, 82 s of it preprocessing; peak 1.4 GB
 The second test runs the same job with a ``text`` feature (a route and maker
 string: ``RegexTokenizer``, a counted vocabulary, the ids from an Arrow UDF)
 and a ``vector`` feature (six weather readings as an ``array<double>`` with
-nulls, standard-scaled per element) added, under the same heap and bounds.
+nulls, standard-scaled per element) added, under the same heap and bounds (the
+added columns count in the data's size).  Measured here on Dec 2 2026 in two
+runs under a load of 4-13 (other jobs on the 2 cores): 636 and 870 s of
+preprocessing (the test 13.4 min for the first); heap 456 MiB; peak PSS 1.81
+and 2.03 GB (JVM and its Python UDF workers 1.72 / 1.93 GB, driver python 0.11
+GB) against 3.12 GiB of data.
 """
 
 from __future__ import annotations
@@ -128,6 +133,9 @@ def _out_of_core(spark, flights_sample, tmp_path, record_property, extra):
     sample_dir = os.path.dirname(urlparse(flights_sample.inputFiles()[0]).path)
     sample = pq.read_table(sample_dir)
     bytes_per_row = sample.nbytes / sample.num_rows
+    if extra:  # the added columns are data too: count them as Arrow holds them (on the ~5% sample)
+        added = flights_sample.selectExpr(*[f"{sql} AS {name}" for name, sql in extra["columns"].items()]).toArrow()
+        bytes_per_row += added.nbytes / added.num_rows
     data_bytes = bytes_per_row * RAW_ROWS * SCALE
     assert data_bytes >= 5 * HEAP_MB * 2**20, f"scale {SCALE} gives only {data_bytes / 2**20:.0f} MiB of data"
 

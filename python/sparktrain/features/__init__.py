@@ -47,8 +47,8 @@ __all__ = ["BooleanFeature", "CategoricalFeature", "ColumnScaler", "ColumnScaler
            "DataConfig", "DatetimeFeature", "FlatFeatureAssembler", "LabelIndexer", "LabelIndexerModel",
            "NumericFeature", "OutputConfig", "PreprocessResult", "SetFeature", "SplitConfig", "TextFeature",
            "TokenIndexer", "TokenIndexerModel", "VectorEncoder", "VectorEncoderModel", "VectorFeature",
-           "VocabularyIndexer", "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary", "load_input",
-           "materialize", "parse_features", "plan_features", "save_pipeline_model", "validate"]
+           "VocabularyIndexer", "VocabularyIndexerModel", "compile_pipeline", "fit_features", "format_summary",
+           "load_input", "materialize", "parse_features", "plan_features", "save_pipeline_model", "validate"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
