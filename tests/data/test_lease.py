@@ -86,6 +86,23 @@ def test_a_stale_lease_is_taken_over_with_a_warning(tmp_path, caplog):
     assert "host lost-host, pid 4242, started 2026-01-01T00:00:00+00:00" in caplog.text
 
 
+def test_a_lease_of_an_exited_process_of_this_host_is_taken_over_at_once(tmp_path, caplog):
+    target = str(tmp_path / "out")
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)  # a driver that was killed: its pid no longer exists
+    dead = {"format": "sparktrain.lease/1", "heartbeat_at": time.time(),
+            "holder": {"host": socket.gethostname(), "pid": int(proc.stdout), "started_at": "now", "token": "x"}}
+    Path(lease_path(target)).write_text(json.dumps(dead))
+    with caplog.at_level("WARNING", logger="sparktrain.data.lease"):
+        with claim(target) as lease:
+            assert lease.held
+    assert "its process no longer exists on this host" in caplog.text
+    alive = dict(dead, holder=dict(dead["holder"], host="another-host"))  # another host: never guessed
+    Path(lease_path(target)).write_text(json.dumps(alive))
+    with pytest.raises(LeaseHeldError, match="host another-host"):
+        claim(target).acquire()
+
+
 def test_an_unreadable_fresh_lease_is_respected(tmp_path):
     target = str(tmp_path / "out")
     Path(lease_path(target)).write_text("")  # a holder between its create and its write

@@ -24,7 +24,9 @@ inside the target, and a run that does not exist yet still does not)::
 * **Takeover.**  A lease whose heartbeat is older than ``stale_after_s``
   (6 intervals by default) belongs to a job that is gone (killed, its host
   lost): the next claim deletes it and takes over, with a warning naming the old
-  holder.  Deleting the lease file by hand does the same at once.
+  holder.  So does a lease held by a process of this host that no longer
+  exists (a driver killed with ``kill -9`` and started again at once).
+  Deleting the lease file by hand does the same at once.
 * **Release** at the end of the job (the ``with`` block, also on an error)
   deletes the file when it is still this job's.
 
@@ -164,14 +166,15 @@ class Lease:
                 if current is None:
                     continue  # released meanwhile: try again
                 age = self._age(current)
-                if age <= self.stale_after_s:
-                    raise LeaseHeldError(self.what, self.target, self.path, current.get("holder") or {}, age,
-                                         self.stale_after_s)
                 holder = current.get("holder") or {}
-                log.warning("taking over the lease on %s '%s': its holder (host %s, pid %s, started %s) sent no "
-                            "heartbeat for %.0f s (more than %.0f s)", self.what, _masked(self.target),
-                            holder.get("host", "?"), holder.get("pid", "?"), holder.get("started_at", "?"), age,
-                            self.stale_after_s)
+                gone = _gone(holder)
+                if age <= self.stale_after_s and not gone:
+                    raise LeaseHeldError(self.what, self.target, self.path, holder, age, self.stale_after_s)
+                why = "its process no longer exists on this host" if gone else \
+                    f"it sent no heartbeat for {age:.0f} s (more than {self.stale_after_s:.0f} s)"
+                log.warning("taking over the lease on %s '%s': its holder (host %s, pid %s, started %s): %s",
+                            self.what, _masked(self.target), holder.get("host", "?"), holder.get("pid", "?"),
+                            holder.get("started_at", "?"), why)
                 _delete_file(self.fs, self.inner)
             if not self.held:
                 current = self.read() or {}
@@ -262,6 +265,22 @@ def claim(target: str, what: str = "output.path", *, heartbeat_s: Optional[float
     ...     write_the_output()
     """
     return Lease(target, what, heartbeat_s=heartbeat_s, stale_after_s=stale_after_s)
+
+
+def _gone(holder: Dict[str, Any]) -> bool:
+    """Whether ``holder`` was a process of this host that has exited (never guessed for another host)."""
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by another user
+        return False
+    return False
 
 
 def _masked(text: str) -> str:
