@@ -177,3 +177,121 @@ def test_preprocess_and_score_on_a_claimed_output_are_refused(spark, flights_sam
             score_path(spark, "models:/none@champion", str(tmp_path / "raw"), out,
                        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # the registry was never opened, nothing written
+
+
+# ---------------------------------------------------------------- on S3 (moto's real server, tests/_s3.py)
+
+
+def _s3_lease_key(uri: str) -> tuple:
+    """(bucket, key) of the lease of ``uri``."""
+    path = lease_path(uri)[len("s3://"):]
+    bucket, _, key = path.partition("/")
+    return bucket, key
+
+
+def test_a_lease_in_s3_is_a_conditional_create_refusing_a_second_claim(s3):
+    boto3 = pytest.importorskip("boto3")
+    from botocore.exceptions import ClientError
+
+    from sparktrain._internal.secrets import mask_value
+
+    target = f"{s3.prefix('lease')}/run1"
+    bucket, key = _s3_lease_key(target)
+    client = boto3.client("s3")  # AWS_ENDPOINT_URL: the moto server
+    with claim(target, "runId") as first:
+        body = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        assert body["holder"] == {"host": socket.gethostname(), "pid": os.getpid(), "started_at": first.started_at,
+                                  "token": first.token}
+        # the server honours If-None-Match: * (moto 5.2.5 does), so the create below is a real conditional put
+        with pytest.raises(ClientError) as refused:
+            client.put_object(Bucket=bucket, Key=key, Body=b"{}", IfNoneMatch="*")
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+        with pytest.raises(LeaseHeldError) as err:
+            claim(target, "runId").acquire()
+        # messages mask secrets: the throwaway access key 'sparktrain-test' is part of the bucket's name
+        assert f"runId '{mask_value(target)}' is in use by another job (host {socket.gethostname()}, " \
+               f"pid {os.getpid()}, started {first.started_at};" in str(err.value)
+        assert f"delete the lease file '{mask_value(lease_path(target))}'" in str(err.value)
+        assert json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())["holder"]["token"] == first.token
+        assert first.heartbeat() and not first.lost
+    assert s3.keys(target.rsplit("/", 1)[0]) == []  # released: the lease object is gone, nothing else written
+    with claim(target, "runId"):  # and the next job gets it
+        pass
+
+
+def test_claims_racing_on_s3_exactly_one_wins(s3):
+    """The conditional put decides: of 8 claims started together, one holds the lease and 7 are refused."""
+    pytest.importorskip("boto3")
+    import threading
+
+    target = f"{s3.prefix('race')}/run"
+    leases = [claim(target, "runId", heartbeat_s=60) for _ in range(8)]
+    start = threading.Barrier(len(leases))
+    outcome: dict = {}
+
+    def go(i: int) -> None:
+        start.wait()
+        try:
+            leases[i].acquire()
+            outcome[i] = "held"
+        except LeaseHeldError:
+            outcome[i] = "refused"
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(leases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    try:
+        assert sorted(outcome.values()) == ["held"] + ["refused"] * 7
+        winner = next(lease for lease in leases if lease.held)
+        assert claim(target).read()["holder"]["token"] == winner.token
+    finally:
+        for lease in leases:
+            lease.release()
+    assert s3.keys(target.rsplit("/", 1)[0]) == []
+
+
+def test_a_stale_lease_in_s3_is_taken_over(s3, caplog):
+    target = f"{s3.prefix('stale')}/out"
+    stale = {"format": "sparktrain.lease/1", "holder": {"host": "lost-host", "pid": 4242,
+                                                        "started_at": "2026-01-01T00:00:00+00:00", "token": "old"},
+             "heartbeat_at": time.time() - 3600}
+    with s3.filesystem().open_output_stream(lease_path(target)[len("s3://"):]) as out:
+        out.write(json.dumps(stale).encode())
+    with caplog.at_level("WARNING", logger="sparktrain.data.lease"):
+        with claim(target, "output.path") as lease:
+            assert lease.read()["holder"]["token"] == lease.token
+    assert "host lost-host, pid 4242, started 2026-01-01T00:00:00+00:00" in caplog.text
+    assert "it sent no heartbeat for 3600 s" in caplog.text
+    assert s3.keys(target.rsplit("/", 1)[0]) == []
+
+
+def test_without_boto3_a_lease_in_s3_is_check_then_put(s3, monkeypatch):
+    """The fallback (module docstring): pyarrow alone cannot put conditionally; sequential claims still exclude."""
+    monkeypatch.setitem(sys.modules, "boto3", None)  # import boto3 raises ImportError
+    from sparktrain.data.lease import _s3_put_if_absent
+
+    target = f"{s3.prefix('noboto')}/out"
+    assert _s3_put_if_absent(lease_path(target), b"{}") is None
+    with claim(target, "output.path") as first:
+        with pytest.raises(LeaseHeldError, match=f"pid {os.getpid()}"):
+            claim(target, "output.path").acquire()
+        assert first.read()["holder"]["token"] == first.token
+    assert s3.keys(target.rsplit("/", 1)[0]) == []
+
+
+def test_a_fit_with_its_store_in_s3_claims_and_releases_its_run_lease(spark, s3, tmp_path):
+    from sparktrain.data.run_store import RunStore
+    from sparktrain.train.estimator import TorchEstimator
+
+    store = s3.prefix("store")
+    est = TorchEstimator(labelCol="y", store=store, runId="nightly")
+    with RunStore(store, "nightly").claim():  # another job holds the run: refused, nothing written
+        with pytest.raises(LeaseHeldError, match=r"runId '.*/nightly' is in use by another job"):
+            est.fit(str(tmp_path / "no-such-dataset"))
+    assert s3.keys(store) == []
+    with pytest.raises(Exception) as err:  # claimed, then failed on the dataset: the lease is released
+        est.fit(str(tmp_path / "no-such-dataset"))
+    assert not isinstance(err.value, LeaseHeldError) and "no-such-dataset" in str(err.value)
+    assert s3.keys(store) == []

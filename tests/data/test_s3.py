@@ -104,3 +104,52 @@ def test_the_reader_trains_from_a_materialized_dataset_in_s3(spark, s3, tmp_path
             opt.step()
             rows += len(x)
     assert rows == 3000
+
+
+def test_a_model_bundle_reads_features_json_and_the_pipeline_from_a_dataset_in_s3(s3, tmp_path):
+    """``serve.pyfunc.write_bundle`` (what run_job's train stage logs to MLflow) reads the dataset through
+    pyarrow.fs: ``features.json`` and ``pipeline_model/`` of a dataset in S3 land in the local bundle."""
+    import json
+    from pathlib import Path
+
+    from sparktrain.serve.pyfunc import FEATURES, NETWORK, PIPELINE, write_bundle
+    from sparktrain.train._executor.spec import InputSpec
+    from sparktrain.train.model import TorchModel
+
+    local = tmp_path / "ds"
+    meta = {"format": "sparktrain.features/1", "label": "y", "columns": [{"name": "x", "type": "double"}]}
+    (local / PIPELINE / "metadata").mkdir(parents=True)
+    (local / "features.json").write_text(json.dumps(meta))
+    (local / PIPELINE / "metadata" / "part-00000").write_text('{"class": "pyspark.ml.PipelineModel"}')
+    (local / PIPELINE / "stages" / "0_imputer").mkdir(parents=True)
+    (local / PIPELINE / "stages" / "0_imputer" / "data.parquet").write_bytes(b"PAR1 stand-in")
+    uri = s3.prefix("bundle")
+    s3.upload(str(local), uri)
+
+    model = TorchModel(framework="torch", model_bytes=b"network bytes", history=[{"epoch": 0, "loss": 0.5}],
+                       inputs=InputSpec(numeric=("x",), categorical=(), label="y", task="binary"))
+    artifacts = write_bundle(model, uri, str(tmp_path / "bundle"))
+
+    bundle = tmp_path / "bundle"
+    assert artifacts == {NETWORK: str(bundle / NETWORK), FEATURES: str(bundle / FEATURES),
+                         PIPELINE: str(bundle / PIPELINE)}
+    assert json.loads((bundle / FEATURES / "features.json").read_text()) == meta
+    assert sorted(str(p.relative_to(bundle / PIPELINE)) for p in (bundle / PIPELINE).rglob("*") if p.is_file()) \
+        == ["metadata/part-00000", "stages/0_imputer/data.parquet"]
+    assert (bundle / PIPELINE / "stages" / "0_imputer" / "data.parquet").read_bytes() == b"PAR1 stand-in"
+    assert (bundle / NETWORK / "model.bin").read_bytes() == b"network bytes"
+    assert Path(bundle / NETWORK / "spec.json").exists()
+
+
+def test_a_model_bundle_names_a_missing_features_json_in_s3(s3, tmp_path):
+    from sparktrain.errors import DatasetNotFoundError
+    from sparktrain.serve.pyfunc import write_bundle
+    from sparktrain.train._executor.spec import InputSpec
+    from sparktrain.train.model import TorchModel
+
+    uri = s3.prefix("nofeatures")
+    model = TorchModel(framework="torch", model_bytes=b"n", history=[],
+                       inputs=InputSpec(numeric=("x",), categorical=(), label="y", task="binary"))
+    with pytest.raises(DatasetNotFoundError, match=r"features.json path '.*nofeatures.*/features.json' does not "
+                                                   r"exist"):
+        write_bundle(model, uri, str(tmp_path / "bundle"))

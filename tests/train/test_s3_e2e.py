@@ -72,6 +72,13 @@ def _env(s3) -> dict:
     return dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **s3.env())
 
 
+def _lease(store: str, run_id: str) -> dict:
+    """The run's lease object in S3 (``<store>/.<run_id>.lease``, sparktrain.data.lease)."""
+    from sparktrain.data.lease import claim
+
+    return claim(f"{store}/{run_id}", "runId").read() or {}
+
+
 def _result(proc_out: str, proc_err: str) -> dict:
     line = [x for x in proc_out.splitlines() if x.startswith("RESULT ")]
     assert line, proc_out[-3000:] + proc_err[-6000:]
@@ -101,6 +108,8 @@ def test_kill_9_with_the_store_in_s3_resumes_with_no_row_skipped_or_repeated(s3,
             time.sleep(0.5)
         assert first.poll() is None, first.communicate()[1][-6000:]
         assert time.monotonic() < deadline, "no checkpoint at epoch 1, step 10 within 600 s"
+        lease = _lease(store, run_id)
+        assert lease["holder"]["pid"] == first.pid  # the driver holds the run's lease object in S3
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # driver, JVM and Python workers: no cleanup runs
         first.communicate()
@@ -119,6 +128,8 @@ def test_kill_9_with_the_store_in_s3_resumes_with_no_row_skipped_or_repeated(s3,
     keys = s3.keys(f"{store}/{run_id}")
     assert "run.json" in keys and "model/network.ckpt" in keys
     assert not [k for k in keys if k.rsplit("/", 1)[-1].startswith(".tmp-")]
+    # the killed driver's lease (its pid gone from this host) was taken over at once, and released after the fit
+    assert f".{run_id}.lease" not in s3.keys(store)
 
 
 _JOB = r"""

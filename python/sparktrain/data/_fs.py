@@ -87,3 +87,29 @@ def relpath(full: str, base: str) -> str:
 def join(base: str, rel: str) -> str:
     """Join a base path and a relative POSIX path."""
     return base.rstrip("/") + "/" + rel
+
+
+def kind(path: str) -> pafs.FileType:
+    """The ``FileType`` of ``path`` (local path or URI): ``File``, ``Directory`` or ``NotFound``."""
+    fs, inner = resolve(path)
+    return info(fs, inner).type
+
+
+def read_bytes(path: str, what: str = "file") -> bytes:
+    """The content of the file at ``path`` (local path or URI); :class:`DatasetNotFoundError` naming it when absent."""
+    fs, inner = resolve(path)
+    require(fs, inner, what)
+    with fs.open_input_stream(inner) as f:
+        return f.read()
+
+
+def copy_to_local(path: str, local: str) -> None:
+    """Copy the folder ``path`` (local path or URI) to the new local folder ``local``."""
+    fs, inner = resolve(path)
+    os.makedirs(local)
+    pafs.copy_files(inner, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+
+
+def display(path: str) -> str:
+    """``path`` as a record shows it: a URI unchanged, a local path absolute."""
+    return path if "://" in path else os.path.abspath(path)

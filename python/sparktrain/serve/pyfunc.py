@@ -38,7 +38,10 @@ import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
+import pyarrow.fs as pafs
 from mlflow.pyfunc import PythonModel
+
+from sparktrain.data import _fs
 
 log = logging.getLogger(__name__)
 
@@ -179,11 +182,12 @@ def write_bundle(model: Any, dataset_root: str, folder: str) -> Dict[str, str]:
                    "label": model.getLabelCol()}, fh, indent=1)
     feats = os.path.join(folder, FEATURES)
     os.makedirs(feats)
-    shutil.copy2(os.path.join(dataset_root, "features.json"), os.path.join(feats, "features.json"))
+    with open(os.path.join(feats, "features.json"), "wb") as fh:  # the dataset may be a URI (s3://...)
+        fh.write(_fs.read_bytes(_fs.join(dataset_root, "features.json"), "features.json"))
     artifacts = {NETWORK: net, FEATURES: feats}
-    pipeline = os.path.join(dataset_root, PIPELINE)
-    if os.path.isdir(pipeline):
-        shutil.copytree(pipeline, os.path.join(folder, PIPELINE))
+    pipeline = _fs.join(dataset_root, PIPELINE)
+    if _fs.kind(pipeline) == pafs.FileType.Directory:
+        _fs.copy_to_local(pipeline, os.path.join(folder, PIPELINE))
         artifacts[PIPELINE] = os.path.join(folder, PIPELINE)
     else:
         log.warning("no fitted pipeline at %s: the model will score with features.json only", pipeline)
@@ -252,8 +256,7 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
                                             tags={"sparktrain.framework": model.framework})
     from sparktrain.data.commit import resolve
 
-    with open(os.path.join(resolve(dataset_root), "features.json")) as fh:
-        meta = json.load(fh)
+    meta = json.loads(_fs.read_bytes(_fs.join(resolve(dataset_root), "features.json"), "features.json"))
     entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_model_code.py")
     with tempfile.TemporaryDirectory(prefix="sparktrain-model-") as tmp:
         artifacts = write_bundle(model, dataset_root, os.path.join(tmp, "bundle"))

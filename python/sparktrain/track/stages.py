@@ -20,9 +20,11 @@ train          per-epoch metrics (step = epoch), ``test_*``, ``baseline_test_*``
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Dict, List, Optional
 
+import pyarrow.fs as pafs
+
+from sparktrain.data import _fs
 from sparktrain.features.load import Embedded
 from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
 
@@ -45,15 +47,15 @@ def log_preprocess(run: StageRun, dataset_root: str) -> None:
     from sparktrain.track.lineage import log_source_inputs, manifest_files, read_split_manifest
 
     dataset_root = resolve(dataset_root)  # a committed output: its generation
-    features = os.path.join(dataset_root, "features.json")
-    if os.path.isfile(features):
-        run.log_artifact(features, "features")
+    features = _fs.join(dataset_root, "features.json")
+    if _fs.kind(features) == pafs.FileType.File:  # the dataset may be a URI (s3://...)
+        run.log_text(_fs.read_bytes(features).decode("utf-8"), "features/features.json")
     rows = {}
     for split, path in manifest_files(dataset_root).items():
         run.log_artifact(path, f"manifests/{split}")
         rows[f"rows_{split}"] = (read_split_manifest(dataset_root, split) or {}).get("num_rows", 0)
     run.log_metrics(rows)
-    run.set_tags({"sparktrain.dataset": os.path.abspath(dataset_root)})
+    run.set_tags({"sparktrain.dataset": _fs.display(dataset_root)})
     log_source_inputs(run.client, [run.run_id], dataset_root)
 
 
@@ -74,8 +76,7 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
     from sparktrain.data.commit import resolve
 
     try:
-        with open(os.path.join(resolve(dataset_root), "features.json")) as fh:
-            cols = raw_columns(json.load(fh))
+        cols = raw_columns(json.loads(_fs.read_bytes(_fs.join(resolve(dataset_root), "features.json"))))
         df = load_input(spark, replace(cfg.data, scale=1), embedded)
         return df.select([try_cast(c, MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
@@ -112,8 +113,8 @@ def log_training(tracker: JobTracker, run: StageRun, spark: Any, cfg: Any, resul
     from sparktrain.data.commit import resolve
     from sparktrain.data.manifest import committed_files
 
-    test_path = os.path.join(dataset_root, "test")
-    if os.path.isdir(resolve(test_path)):  # a committed output: its generation's test split
+    test_path = _fs.join(dataset_root, "test")
+    if _fs.kind(resolve(test_path)) == pafs.FileType.Directory:  # a committed output: its generation's test split
         summary = plots.test_score_summary(model, spark.read.parquet(*committed_files(test_path)))
         if summary is not None:
             if summary.task == "binary":
