@@ -98,9 +98,12 @@ def text_baseline(name: str, raw: Path, dataset: Path) -> float:
     label = zoo_data.ZOO[name].label
     spark = get_or_create_session(master="local[2]", app_name="zoo-text-baseline",
                                   conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    from sparktrain.data.commit import resolve
+
     rows = spark.read.parquet(str(raw))
-    train = rows.join(spark.read.parquet(str(dataset / "train")).select(key), key)
-    test = rows.join(spark.read.parquet(str(dataset / "test")).select(key), key)
+    split = Path(resolve(str(dataset)))  # the committed generation
+    train = rows.join(spark.read.parquet(str(split / "train")).select(key), key)
+    test = rows.join(spark.read.parquet(str(split / "test")).select(key), key)
     pipe = Pipeline(stages=[
         StringIndexer(inputCol=label, outputCol="__y"),
         RegexTokenizer(inputCol=text, outputCol="__words", pattern="\\W+", toLowercase=True),

@@ -73,7 +73,9 @@ def test_the_new_types_are_written_as_fixed_length_arrays(dataset):
     assert sorted(feats["tags"]["vocabulary"]) == ["vip", "w", "x", "y", "z"]  # trimmed
     assert cols["tags"]["pooling"] == "sum" and cols["title"]["pooling"] == "mean"
     assert feats["day"]["format"] == "yyyy/MM/dd" and len(feats["emb"]["scale"]["mean"]) == 4
-    table = pq.read_table(Path(dataset.path) / "train")
+    from sparktrain.data import commit
+
+    table = pq.read_table(commit.resolve(str(Path(dataset.path) / "train")))  # the committed generation
     assert str(table.schema.field("emb").type) == "list<element: float>"
     rows = table.slice(0, 50).to_pylist()
     assert all(len(r["emb"]) == 4 and len(r["title"]) == 8 and len(r["tags"]) == 4 for r in rows)
