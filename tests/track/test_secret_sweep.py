@@ -149,7 +149,7 @@ def test_a_cli_job_with_a_password_in_its_tracking_uri_leaves_no_secret(tmp_path
         (tmp_path / "job.stdout").write_text(proc.stdout)
         (tmp_path / "job.stderr").write_text(proc.stderr)
         assert "JOB RC 0" in proc.stdout and "SWEEP DONE" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-6000:]
-        client = MlflowClient(server.url)
+        client = MlflowClient(server.url, registry_uri=server.url)  # not the registry URI an earlier test set
         versions = client.search_model_versions("name = 'sweep-model'")
         runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id], max_results=100)
     # the train stage's model, the search's best
