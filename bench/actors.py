@@ -78,7 +78,9 @@ def ensure_dataset(spark, cfg) -> str:
     from sparktrain.job import run_preprocess
 
     root = cfg.output.path
-    if not os.path.isfile(os.path.join(root, "features.json")):
+    from sparktrain.train.inputs import read_features_json
+
+    if read_features_json(root) is None:  # no committed dataset there yet
         print(f"materializing flights into {root} (once)...", flush=True)
         run_preprocess(spark, cfg)
     return root
@@ -92,6 +94,7 @@ def train_rows(root: str) -> int:
 
 # ---------------------------------------------------------------------------------------------- ours
 def ours_fit(spark, cfg, root: str) -> Dict[str, Any]:
+    from sparktrain.data.commit import resolve
     from sparktrain.train.evaluate import estimator_from_config, evaluate_model
 
     est = estimator_from_config(cfg.train, cfg.data.label)
@@ -99,7 +102,7 @@ def ours_fit(spark, cfg, root: str) -> Dict[str, Any]:
     t0 = time.perf_counter()
     model = est.fit(root)
     total = time.perf_counter() - t0
-    auc = evaluate_model(model, spark.read.parquet(os.path.join(root, "test"))).metrics.get("test_auc")
+    auc = evaluate_model(model, spark.read.parquet(resolve(os.path.join(root, "test")))).metrics.get("test_auc")
     return {"first_step_s": est.last_launch.fit_to_first_step_s, "total_s": total,
             "samples_per_s": train_rows(root) * cfg.train.epochs / total, "test_auc": auc,
             "loop_samples_per_s": statistics.median(h["samples_per_s"] for h in model.history),
@@ -193,8 +196,11 @@ def ray_side(root: str, inputs: Dict[str, Any], cfg, args) -> Dict[str, List[Dic
     inputs_file.write_text(json.dumps(inputs))
     scratch = Path(tempfile.mkdtemp(prefix="ray-", dir=str(WORK)))
     t = cfg.train
-    cmd = [str(RAY_PY), str(PEERS / "ray_bench.py"), "--train", os.path.join(root, "train"),
-           "--validation", os.path.join(root, "validation"), "--test", os.path.join(root, "test"),
+    from sparktrain.data.commit import resolve
+
+    gen = resolve(root)  # Ray reads the committed generation's split folders directly
+    cmd = [str(RAY_PY), str(PEERS / "ray_bench.py"), "--train", os.path.join(gen, "train"),
+           "--validation", os.path.join(gen, "validation"), "--test", os.path.join(gen, "test"),
            "--inputs", str(inputs_file), "--epochs", str(t.epochs), "--batch", str(t.batch_size),
            "--lr", str(t.learning_rate), "--hidden", *map(str, t.hidden_units), "--emb", str(t.embedding_dim),
            "--workers", str(t.num_workers), "--repeats", str(args.repeats), "--kill-step", str(args.kill_step),

@@ -85,7 +85,9 @@ def main() -> int:
     cfg = load_config(REPO / "conf" / "flights.yaml",
                       overrides=[f"data.scale={args.scale}", "tracking.enabled=false",
                                  f"output.path={work / f'flights-x{args.scale}'}"])
-    if not (Path(cfg.output.path) / "features.json").is_file():
+    from sparktrain.train.inputs import read_features_json
+
+    if read_features_json(cfg.output.path) is None:  # no committed dataset there yet
         run_preprocess(spark, cfg)
     store = str(work / "gpu-store")
     names = {"cpu": ("CPU, fp32", 0, "fp32"), "gpu": ("1 GPU, fp32", 1, "fp32"), "bf16": ("1 GPU, bf16", 1, "bf16")}

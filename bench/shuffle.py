@@ -47,14 +47,16 @@ def main() -> int:
     from sparktrain.train._executor.torch_worker import build_default_model
     from sparktrain.train.inputs import infer_inputs, read_features_json
 
-    if not (ROOT / "features.json").is_file():
+    from sparktrain.data.commit import resolve
+
+    if read_features_json(str(ROOT)) is None:
         raise SystemExit(f"no {ROOT}: run `sparktrain preprocess conf/flights.yaml` first")
     meta = read_features_json(str(ROOT))
-    inputs = infer_inputs(str(ROOT / "train"), "late", exclude=(meta or {}).get("exclude") or [], meta=meta)
+    inputs = infer_inputs(resolve(str(ROOT / "train")), "late", exclude=(meta or {}).get("exclude") or [], meta=meta)
     cols = [*inputs.columns, inputs.label]
 
     def load(split: str):
-        t = pq.read_table(ROOT / split, columns=cols)
+        t = pq.read_table(resolve(str(ROOT / split)), columns=cols)
         return to_arrays({c: t.column(c).to_numpy(zero_copy_only=False) for c in cols}, inputs)
 
     test, train = load("test"), load("train")

@@ -156,7 +156,9 @@ def flights(spark, cfg_path: str):
     from sparktrain.job import train_stage
 
     cfg = load_config(cfg_path, overrides=["tracking.enabled=false"])
-    if not os.path.isfile(os.path.join(cfg.output.path, "features.json")):
+    from sparktrain.train.inputs import read_features_json
+
+    if read_features_json(cfg.output.path) is None:  # no committed dataset there yet
         run_preprocess(spark, cfg)
     res = train_stage(spark, cfg, cfg.output.path)
     return res.test.get("test_auc"), res.baseline.get("test_auc")

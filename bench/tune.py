@@ -288,7 +288,9 @@ def flights_dataset(spark) -> str:
     from sparktrain.job import run_preprocess
 
     out = WORK / "flights"
-    if not (out / "features.json").is_file():
+    from sparktrain.train.inputs import read_features_json
+
+    if read_features_json(str(out)) is None:  # no committed dataset there yet
         cfg = load_config(REPO / "conf" / "flights.yaml", overrides=["tracking.enabled=false", f"output.path={out}"])
         t0 = time.perf_counter()
         run_preprocess(spark, cfg)

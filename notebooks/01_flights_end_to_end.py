@@ -136,7 +136,8 @@ print(f"MLflow job run {job_run.run_id} (experiment {EXPERIMENT}) in {tracker.ur
 # MAGIC %md
 # MAGIC ## 4. Preprocess: fit the features out of core, write the splits
 # MAGIC The split is a hash of `data.key`; the pipeline is fitted on the train split only. Everything is
-# MAGIC written atomically to `output.path`: `train/ validation/ test/`, `pipeline_model/`, `features.json`.
+# MAGIC committed to `output.path` as one generation, `_gen-<id>/` (`train/ validation/ test/`, `pipeline_model/`,
+# MAGIC `features.json`), which a `_manifest.json` record names last; `dataset.split_path("test")` is the test split.
 
 # COMMAND ----------
 
@@ -190,7 +191,7 @@ from sparktrain.track.stages import log_training
 from sparktrain.train.evaluate import evaluate_model
 from sparktrain.train.result import TrainResult
 
-test_df = spark.read.parquet(os.path.join(dataset.path, "test"))
+test_df = spark.read.parquet(dataset.split_path("test"))  # the committed generation's test split
 metrics = evaluate_model(model, test_df).metrics
 trained = TrainResult(model=model, test=metrics, baseline={}, history=model.history,
                       seconds=time.perf_counter() - t0)

@@ -312,8 +312,7 @@ def test_bf16_on_cpu_trains_flights_to_within_001_auc_of_fp32(spark, flights_sam
     source = os.path.dirname(flights_sample.inputFiles()[0].replace("file://", ""))
     cfg = load_config(repo / "conf" / "flights.yaml", overrides=[
         f"data.source={source}", "data.scale=1", f"output.path={tmp_path / 'ds'}", "tracking.enabled=false"])
-    run_preprocess(spark, cfg)
-    test = spark.read.parquet(str(tmp_path / "ds" / "test"))
+    test = spark.read.parquet(run_preprocess(spark, cfg).split_path("test"))
     auc = {}
     for precision in ("fp32", "bf16"):
         est = TorchEstimator(numWorkers=2, epochs=3, batchSize=512, learningRate=0.002, precision=precision,

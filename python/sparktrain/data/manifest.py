@@ -22,7 +22,7 @@ byte of any file changes.
 
 Outputs are committed without renaming a directory
 (:class:`sparktrain.data.commit.Generation`): each write goes to a new
-``<path>/_gen=<id>/`` folder and a commit record, written last, names it;
+``<path>/_gen-<id>/`` folder and a commit record, written last, names it;
 :func:`read_manifest` follows that record (:func:`sparktrain.data.commit.resolve`).
 :func:`atomic_dir` (a staging folder renamed into place) is left only for the
 converter's local cache folders.  :func:`write_parquet` is the Spark side; it is
@@ -219,7 +219,7 @@ def committed_files(path: str, filesystem: pafs.FileSystem | None = None) -> lis
 
     For Spark: ``spark.read.parquet(*committed_files(path))`` reads exactly the
     committed generation of a sparktrain output (a plain ``spark.read.parquet(path)``
-    skips the ``_gen=`` folders, as it skips every name starting with ``_``).
+    skips the ``_gen-`` folders, as it skips every name starting with ``_``).
     A dataset without a manifest gives ``[path]`` (its folder, read as Spark reads it).
     """
     resolved = commit.resolve(path, filesystem)
