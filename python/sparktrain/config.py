@@ -16,6 +16,7 @@ dataset is the job's to check (:func:`sparktrain.job.check_scale`)::
 from __future__ import annotations
 
 import copy
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -123,6 +124,12 @@ class TuneConfig:
     per-epoch ``metric`` falls behind (Optuna only).  ``study`` and ``storage``
     name the Optuna study and where it persists (default: a journal file
     under ``train.store``), so a restarted search continues it.
+
+    Besides ``max_trials``, three criteria stop launching trials (running ones
+    finish): ``early_stop_trials`` finished trials in a row without a new best,
+    ``time_budget_s`` seconds since the search started, and ``stop_at``, a
+    finished trial's ``metric`` at or beyond that value (at or below it for a
+    minimized metric, at or above it for a maximized one).
     """
 
     mode: Literal["single", "distributed"] = "single"
@@ -130,6 +137,8 @@ class TuneConfig:
     parallelism: int = 2
     early_stop_trials: Optional[int] = None
     trial_timeout_s: Optional[float] = None
+    time_budget_s: Optional[float] = None
+    stop_at: Optional[float] = None
     algo: Literal["tpe", "random"] = "tpe"
     metric: str = "val_loss"
     space: Dict[str, Any] = field(default_factory=dict)
@@ -175,6 +184,13 @@ class TuneConfig:
             require(self.early_stop_trials >= 1, "tune.early_stop_trials", self.early_stop_trials, "must be >= 1")
         if self.trial_timeout_s is not None:
             require(self.trial_timeout_s > 0, "tune.trial_timeout_s", self.trial_timeout_s, "must be > 0 seconds")
+        if self.time_budget_s is not None:
+            require(self.time_budget_s > 0, "tune.time_budget_s", self.time_budget_s,
+                    "must be > 0 seconds (leave it out for no time limit)")
+        if self.stop_at is not None:
+            require(isinstance(self.stop_at, (int, float)) and not isinstance(self.stop_at, bool)
+                    and math.isfinite(self.stop_at), "tune.stop_at", self.stop_at,
+                    "must be a finite number: the value of tune.metric at which the search stops")
         require(bool(self.space), "tune.space", self.space,
                 "give at least one parameter, e.g. {learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}")
 

@@ -73,6 +73,26 @@ def test_parts_resolve_inside_the_committed_generation(tmp_path, nomove):
     assert commit.resolve(str(other)) == str(other) and _rows(str(other)) == [1.0]
 
 
+@pytest.mark.parametrize("name, text, words", [
+    ("_manifest.json", '{"format": "sparktrain.commit/1", "path": "_gen-', "commit record"),
+    ("features.json", '{"features": [', "features.json"),
+    ("features.json", '["not", "an", "object"]', "holds a JSON list, not an object"),
+])
+def test_a_torn_or_foreign_json_file_is_refused_by_name_and_left_in_place(tmp_path, name, text, words):
+    from sparktrain.errors import DataError
+    from sparktrain.train.inputs import read_features_json
+
+    out = tmp_path / "ds"
+    gen = _generation(out, [1.0], parts=("train",))
+    torn = (out if name == "_manifest.json" else out / gen.name) / name
+    torn.write_text(text)
+    with pytest.raises(DataError) as info:
+        read_features_json(str(out)) if name == "features.json" else commit.resolve(str(out))
+    assert words in str(info.value) and str(torn) in str(info.value)
+    assert ("preprocess" if name == "features.json" else "Write the output again") in str(info.value)
+    assert torn.read_text() == text and (out / gen.name / "train" / "part-0.parquet").is_file()  # nothing deleted
+
+
 def test_an_exception_before_the_record_keeps_the_previous_dataset(tmp_path, nomove, monkeypatch):
     out = tmp_path / "out"
     first = _generation(out, [1.0])

@@ -71,6 +71,9 @@ def test_unknown_engine_sampler_or_pruner_is_refused_with_the_valid_names(tmp_pa
     ({"algo": "random", "sampler": "tpe"}, "tune.sampler", "tune.algo = 'random' says otherwise"),
     ({"reduction_factor": 1}, "tune.reduction_factor", "must be >= 2"),
     ({"pruner_min_epochs": 0}, "tune.pruner_min_epochs", "must be >= 1"),
+    ({"time_budget_s": 0}, "tune.time_budget_s", "must be > 0 seconds"),
+    ({"stop_at": float("nan")}, "tune.stop_at", "must be a finite number"),
+    ({"stop_at": True}, "tune.stop_at", "expected a number"),
 ])
 def test_engine_settings_that_cannot_work_are_refused(tmp_path, tune, path, words):
     with pytest.raises(ConfigError) as info:

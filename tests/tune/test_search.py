@@ -298,6 +298,40 @@ def test_early_stopping_after_k_trials_without_improvement(spark, tmp_path):
     assert 3 <= len(result.trials) <= 4
     assert all(t.status == FINISHED for t in result.trials)
     assert "stopped early" in format_trials(result)
+    assert result.stop_reason == "early_stop_trials"
+
+
+@pytest.mark.parametrize("metric, stop_at, reached", [
+    ("val_loss", 0.2, lambda v: v <= 0.2),   # minimized: stops at or below
+    ("val_auc", 0.7, lambda v: v >= 0.7),    # maximized: stops at or above
+])
+def test_stop_at_ends_the_search_at_the_first_trial_that_reaches_it(spark, tmp_path, metric, stop_at, reached):
+    def objective(params):
+        return params["dropout"]  # a point's metric is its own coordinate
+
+    cfg = _cfg(tmp_path, tune={"max_trials": 200, "parallelism": 1, "algo": "random", "metric": metric,
+                               "stop_at": stop_at, "space": {"dropout": {"uniform": [0.0, 0.9]}}})
+    result = run_search(spark, cfg, None, objective=objective)
+    values = [t.metric for t in sorted(result.trials, key=lambda t: t.end_s)]
+    assert result.stop_reason == "stop_at" and result.stopped_early
+    assert reached(values[-1]) and not any(reached(v) for v in values[:-1]), values  # one at a time: none after
+    assert result.best_metric == values[-1] and len(values) < 200
+    assert f"{metric} reached tune.stop_at" in format_trials(result)
+
+
+def test_time_budget_stops_launching_and_lets_running_trials_finish(spark, tmp_path):
+    def objective(params):
+        time.sleep(0.4)
+        return params["learning_rate"]
+
+    cfg = _cfg(tmp_path, tune={"max_trials": 500, "parallelism": 2, "algo": "random", "time_budget_s": 3,
+                               "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    result = run_search(spark, cfg, None, objective=objective)
+    assert result.stop_reason == "time_budget_s" and 1 <= len(result.trials) < 500
+    assert all(t.status == FINISHED for t in result.trials)  # none was cut off
+    starts = [t.end_s - t.seconds for t in result.trials]  # seconds after the search started
+    assert max(starts) < 3 + 0.5, starts  # launched only while the budget lasted
+    assert "tune.time_budget_s spent" in format_trials(result)
 
 
 def test_bad_setups_fail_before_any_trial(spark, dataset, tmp_path):

@@ -8,12 +8,14 @@ A dataset path is either a local path or a URI that :mod:`pyarrow.fs` knows
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
+from typing import Any
 
 import pyarrow.fs as pafs
 
-from sparktrain.errors import DatasetNotFoundError
+from sparktrain.errors import DataError, DatasetNotFoundError
 
 #: Files Spark, Hadoop and we write next to the data that are not data.
 _HIDDEN_PREFIXES = ("_", ".")
@@ -101,6 +103,22 @@ def read_bytes(path: str, what: str = "file") -> bytes:
     require(fs, inner, what)
     with fs.open_input_stream(inner) as f:
         return f.read()
+
+
+def read_json(fs: pafs.FileSystem, path: str, what: str, fix: str) -> Any:
+    """The parsed JSON file at ``path`` in ``fs``, or None when there is no file there.
+
+    Raises :class:`DataError` naming ``what``, the path and ``fix`` when the file is not valid JSON
+    (a torn write, or another tool's file under a name sparktrain uses).
+    """
+    if info(fs, path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        raw = f.read()
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise DataError(f"{what} '{path}' is not valid JSON ({e}). {fix}") from e
 
 
 def copy_to_local(path: str, local: str) -> None:

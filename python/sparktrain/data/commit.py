@@ -72,16 +72,9 @@ def read_record(path: str, filesystem: Optional[pafs.FileSystem] = None) -> Opti
     Raises :class:`DataError` when the record is not valid JSON.
     """
     fs, inner = _fs.resolve(path, filesystem)
-    target = _join(inner, RECORD_NAME)
-    if fs.get_file_info(target).type != pafs.FileType.File:
-        return None
-    with fs.open_input_stream(target) as f:
-        raw = f.read()
-    try:
-        body = json.loads(raw)
-    except ValueError as e:
-        raise DataError(f"commit record '{target}' is not valid JSON ({e}). Write the output again (its "
-                        f"previous generation, if any, is still under {path}/{GEN_PREFIX}*).") from e
+    body = _fs.read_json(fs, _join(inner, RECORD_NAME), "commit record",
+                         f"Write the output again (its previous generation, if any, is still under "
+                         f"{path}/{GEN_PREFIX}*).")
     if isinstance(body, dict) and body.get("format") == RECORD_FORMAT:
         return body
     return None

@@ -198,15 +198,10 @@ def read_manifest(path: str, filesystem: pafs.FileSystem | None = None) -> dict[
     path = commit.resolve(path, filesystem)
     fs, base = _fs.resolve(path, filesystem)
     target = _fs.join(base, MANIFEST_NAME)
-    if _fs.info(fs, target).type != pafs.FileType.File:
+    manifest = _fs.read_json(fs, target, "manifest", "Rebuild it with "
+                             "sparktrain.data.write_manifest(path, build_manifest(path)).")
+    if manifest is None:
         return None
-    with fs.open_input_stream(target) as f:
-        raw = f.read()
-    try:
-        manifest = json.loads(raw)
-    except ValueError as e:
-        raise DataError(f"manifest '{target}' is not valid JSON ({e}). Rebuild it with "
-                        f"sparktrain.data.write_manifest(path, build_manifest(path)).") from e
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if not isinstance(version, int) or version > FORMAT_VERSION or "files" not in manifest:
         raise DataError(f"manifest '{target}' has format_version={version!r}; this sparktrain reads versions "

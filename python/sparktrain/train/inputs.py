@@ -8,7 +8,6 @@ statistics (``max + 1``), so any Parquet that Spark writes works.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -69,12 +68,13 @@ def read_features_json(dataset_root: str) -> Optional[Dict[str, Any]]:
     """The dataset's ``features.json`` (local path or URI; a committed output's generation), or None."""
     from sparktrain.data import _fs
     from sparktrain.data.commit import resolve
-    p = _fs.join(resolve(dataset_root), FEATURES_JSON)
-    if not exists(p):
-        return None
-    fs, inner = _fs.resolve(p)
-    with fs.open_input_stream(inner) as fh:
-        return json.loads(fh.read())
+    fs, inner = _fs.resolve(_fs.join(resolve(dataset_root), FEATURES_JSON))
+    meta = _fs.read_json(fs, inner, FEATURES_JSON, "Run the preprocess stage again (sparktrain preprocess), "
+                         "which writes a new generation of the dataset.")
+    if meta is not None and not isinstance(meta, dict):
+        raise DataError(f"{FEATURES_JSON} '{inner}' holds a JSON {type(meta).__name__}, not an object. Run the "
+                        "preprocess stage again (sparktrain preprocess), which writes a new generation of the dataset.")
+    return meta
 
 
 def _cardinalities_from_features(meta: Optional[Dict[str, Any]]) -> Dict[str, int]:

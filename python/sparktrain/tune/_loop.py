@@ -117,6 +117,11 @@ class SearchLoop:
         ``prunes`` gets each running trial's per-epoch ``metric``.
     early_stop_trials : int, optional
         Stop launching after this many finished trials in a row without improvement.
+    time_budget_s : float, optional
+        Stop launching once this many seconds have passed since the search started.
+    stop_at : float, optional
+        Stop launching once a finished trial's metric is at or beyond this value
+        (``<=`` when ``goal`` is ``"min"``, ``>=`` when ``"max"``).
     timeout_s : float, optional
         Per-trial wall-clock limit; the trial's Spark jobs are cancelled past it.
     listener : Listener, optional
@@ -128,7 +133,8 @@ class SearchLoop:
     def __init__(self, spark, space: CompiledSpace, runner: Runner, *, metric: str, goal: str, max_trials: int,
                  concurrency: int, algo: str = "tpe", seed: int = 0, early_stop_trials: Optional[int] = None,
                  timeout_s: Optional[float] = None, listener: Optional[Listener] = None,
-                 prefix: Optional[str] = None, engine: Optional[Engine] = None) -> None:
+                 prefix: Optional[str] = None, engine: Optional[Engine] = None,
+                 time_budget_s: Optional[float] = None, stop_at: Optional[float] = None) -> None:
         self.spark = spark
         self.space = space
         self.runner = runner
@@ -137,13 +143,25 @@ class SearchLoop:
         self.engine = engine or HyperoptEngine(space, goal, algo=algo, seed=seed)
         self.pruning = self.engine.prunes and hasattr(runner, "watch")
         self.early_stop_trials, self.timeout_s = early_stop_trials, timeout_s
+        self.time_budget_s, self.stop_at = time_budget_s, stop_at
         self.listener = listener or Listener()
         self.prefix = prefix or f"tune-{uuid.uuid4().hex[:8]}"
         self.records: List[TrialRecord] = []
         self.best: Optional[Tuple[TrialRecord, Optional[TrialOutcome]]] = None
-        self.stopped_early = False
+        self.stop_reason: Optional[str] = None  # early_stop_trials | time_budget_s | stop_at
         self._since_best = 0
         self.started = time.time()
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether a stop criterion (not ``max_trials``) ended the launches."""
+        return self.stop_reason is not None
+
+    def _stop(self, reason: str, why: str, running: int) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            log.info("search stopped: %s; no new trials%s", why,
+                     f", {running} running trial(s) finish" if running else "")
 
     # ---- the loop ------------------------------------------------------------------------------------------
     def run(self) -> List[TrialRecord]:
@@ -156,6 +174,10 @@ class SearchLoop:
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sparktrain-trial") as pool:
             try:
                 while True:
+                    spent = time.time() - self.started
+                    if self.time_budget_s is not None and spent >= self.time_budget_s and launched:
+                        self._stop("time_budget_s", f"{spent:.1f} s spent (tune.time_budget_s = "
+                                                    f"{self.time_budget_s:g})", len(running))
                     while (not self.stopped_early and launched < self.max_trials
                            and len(running) < self.concurrency):
                         asked = self.engine.ask()
@@ -176,7 +198,7 @@ class SearchLoop:
                         break
                     done, _ = wait(list(running), timeout=self._wait_s(running), return_when=FIRST_COMPLETED)
                     for fut in done:
-                        self._finish(running.pop(fut), fut)
+                        self._finish(running.pop(fut), fut, len(running))
                     self._enforce_deadlines(running)
                     if self.pruning:
                         for trial in running.values():
@@ -251,7 +273,7 @@ class SearchLoop:
                     cancel(trial.number)
                 trial.cancelled_at = now
 
-    def _finish(self, trial: _Running, fut: Future) -> None:
+    def _finish(self, trial: _Running, fut: Future, still_running: int = 0) -> None:
         seconds = time.time() - trial.started
         outcome: Optional[TrialOutcome] = None
         status, metric, error, tb = FINISHED, None, None, None
@@ -288,7 +310,7 @@ class SearchLoop:
             end_s=time.time() - self.started, gpus=tuple(outcome.gpus) if outcome else ())
         self.records.append(record)
         self.engine.tell(trial.handle, status, metric, error)
-        self._update_best(record, outcome)
+        self._update_best(record, outcome, still_running)
         if status == FINISHED:
             log.info("trial %d finished in %.1f s: %s = %.5g", trial.number, seconds, self.metric, metric)
         elif status == PRUNED:
@@ -307,7 +329,7 @@ class SearchLoop:
         return None, (f"the trial reported no '{self.metric}' (tune.metric); it reported: "
                       f"{', '.join(sorted(outcome.metrics)) or 'nothing'}")
 
-    def _update_best(self, record: TrialRecord, outcome: Optional[TrialOutcome]) -> None:
+    def _update_best(self, record: TrialRecord, outcome: Optional[TrialOutcome], still_running: int = 0) -> None:
         value, best = record.metric, (self.best[0].metric if self.best else None)
         better = record.status == FINISHED and value is not None and (
             best is None or (value < best if self.goal == "min" else value > best))
@@ -318,10 +340,13 @@ class SearchLoop:
             self._since_best += 1
             if outcome is not None:
                 outcome.model = None
-        if (self.early_stop_trials is not None and not self.stopped_early
-                and self._since_best >= self.early_stop_trials):
-            self.stopped_early = True
-            log.info("early stop: no improvement of %s in the last %d trials", self.metric, self._since_best)
+        if better and self.stop_at is not None and (
+                value <= self.stop_at if self.goal == "min" else value >= self.stop_at):  # type: ignore[operator]
+            self._stop("stop_at", f"trial {record.number} reached {self.metric} = {value:.5g} "
+                                  f"(tune.stop_at = {self.stop_at:g})", still_running)
+        if self.early_stop_trials is not None and self._since_best >= self.early_stop_trials:
+            self._stop("early_stop_trials", f"no improvement of {self.metric} in the last {self._since_best} "
+                                            "trials (tune.early_stop_trials)", still_running)
 
 
 def _first_line(exc: BaseException) -> str:

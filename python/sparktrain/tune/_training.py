@@ -141,13 +141,11 @@ class _TrainingPlan:
         preflight.run_all(spark, spec.with_workers(num_workers))
 
 
-class SingleTaskRunner:
-    """``tune.mode: single``: each trial trains one worker inside one Spark task."""
+class _PlanRunner:
+    """What both runners share: a trial's watch (pruning), its release, and its run claimed while it trains."""
 
     def __init__(self, spark, plan: _TrainingPlan) -> None:
         self.spark, self.plan = spark, plan
-        # the trial's task asks for the estimator's GPUs, as a fit's barrier stage and a gang do
-        self.stage = TrialStage(spark, gpus=plan.cfg.train.gpus_per_worker if plan.cfg.train else 0)
 
     def watch(self, number: int, params: Dict[str, Any]) -> Watch:
         return self.plan.watch(number, params)
@@ -160,6 +158,18 @@ class SingleTaskRunner:
             return self._run(number, params)
 
     def _run(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
+        raise NotImplementedError
+
+
+class SingleTaskRunner(_PlanRunner):
+    """``tune.mode: single``: each trial trains one worker inside one Spark task."""
+
+    def __init__(self, spark, plan: _TrainingPlan) -> None:
+        super().__init__(spark, plan)
+        # the trial's task asks for the estimator's GPUs, as a fit's barrier stage and a gang do
+        self.stage = TrialStage(spark, gpus=plan.cfg.train.gpus_per_worker if plan.cfg.train else 0)
+
+    def _run(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train.plan import record_run
 
         plan = self.plan.single_plan(params, self.plan.run_id(number))
@@ -170,7 +180,7 @@ class SingleTaskRunner:
         return outcome
 
 
-class DistributedRunner:
+class DistributedRunner(_PlanRunner):
     """``tune.mode: distributed``: each trial is a barrier-mode fit of ``train.num_workers`` workers.
 
     With the search's channel the trials run on reused gangs (:class:`~sparktrain.train.gang.GangPool`,
@@ -181,7 +191,7 @@ class DistributedRunner:
     def __init__(self, spark, plan: _TrainingPlan) -> None:
         from sparktrain.train.gang import GangPool, can_reuse
 
-        self.spark, self.plan = spark, plan
+        super().__init__(spark, plan)
         self.gangs: Optional[GangPool] = None
         self._running: Dict[int, Any] = {}  # trial number -> its gang
         base = plan.plan({}, f"{plan.prefix}-gang").spec
@@ -190,16 +200,6 @@ class DistributedRunner:
             self.gangs = GangPool(spark, plan.channel.server, base.num_workers, base.scaling.gpus_per_worker)
         elif plan.channel is not None:
             log.info("distributed trials: one barrier stage per trial (%s)", why)
-
-    def watch(self, number: int, params: Dict[str, Any]) -> Watch:
-        return self.plan.watch(number, params)
-
-    def release(self, number: int) -> None:
-        self.plan.release(number)
-
-    def __call__(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
-        with self.plan.claim(number):  # one job per run: a second search on the same runs is refused
-            return self._run(number, params)
 
     def _run(self, number: int, params: Dict[str, Any]) -> TrialOutcome:
         from sparktrain.train import plan as plan_mod

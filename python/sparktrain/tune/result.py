@@ -99,7 +99,9 @@ class SearchResult:
     concurrency : int
         Trials that ran at once.
     stopped_early : bool
-        Whether ``tune.early_stop_trials`` ended the search.
+        Whether a stop criterion, not ``max_trials``, ended the search (``stop_reason`` says which).
+    stop_reason : str or None
+        ``early_stop_trials``, ``time_budget_s`` or ``stop_at`` (the ``tune.*`` key that stopped it).
     seconds : float
         Wall time of the search.
     parent_run_id : str or None
@@ -127,6 +129,7 @@ class SearchResult:
     mode: str = "single"
     concurrency: int = 1
     stopped_early: bool = False
+    stop_reason: Optional[str] = None
     seconds: float = 0.0
     parent_run_id: Optional[str] = None
     model_version: Optional[str] = None
@@ -168,7 +171,8 @@ def format_trials(result: SearchResult, max_error: int = 60) -> str:
         summary += f"; study {result.study}" + (f" (continued: {result.previous_trials} earlier trials)"
                                                  if result.previous_trials else "")
     if result.stopped_early:
-        summary += "; stopped early (no improvement)"
+        why = {"time_budget_s": "tune.time_budget_s spent", "stop_at": f"{result.metric} reached tune.stop_at"}
+        summary += f"; stopped early ({why.get(result.stop_reason or '', 'no improvement')})"
     if result.test_metrics:
         summary += "; best model on test: " + ", ".join(f"{k} = {v:.4f}" for k, v in result.test_metrics.items())
     if result.model_version:

@@ -120,7 +120,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         loop = SearchLoop(spark, space, runner, metric=tune.metric, goal=goal, max_trials=to_run,
                           concurrency=concurrency, early_stop_trials=tune.early_stop_trials,
                           timeout_s=tune.trial_timeout_s, listener=tracker or Listener(), prefix=prefix,
-                          engine=engine)
+                          engine=engine, time_budget_s=tune.time_budget_s, stop_at=tune.stop_at)
         try:
             records = _with_run_ids(loop.run(), tracker)
         finally:
@@ -136,13 +136,14 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         result = SearchResult(
             trials=tuple(records), best_params=dict(best_record.params), best_metric=float(best_record.metric),
             best_number=best_record.number, best_model=model, test_metrics=test, metric=tune.metric, goal=goal,
-            mode=mode, concurrency=concurrency, stopped_early=loop.stopped_early,
+            mode=mode, concurrency=concurrency, stopped_early=loop.stopped_early, stop_reason=loop.stop_reason,
             seconds=time.perf_counter() - t0, parent_run_id=tracker.parent_run_id if tracker else None,
             engine=engine.name, study=getattr(engine, "study_name", None), previous_trials=engine.previous)
         if tracker is not None:
             settings = {"mode": mode, "max_trials": tune.max_trials, "parallelism": concurrency,
                         "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
-                        "trial_timeout_s": tune.trial_timeout_s, **engine.settings()}
+                        "trial_timeout_s": tune.trial_timeout_s, "time_budget_s": tune.time_budget_s,
+                        "stop_at": tune.stop_at, "stop_reason": loop.stop_reason, **engine.settings()}
             tracker.log_summary(records, tune.metric, goal, settings, best_run_id=best_record.run_id, test=test)
             if (model is not None and dataset_path is not None and best_record.run_id
                     and (cfg.tracking.register if register is None else register)):
