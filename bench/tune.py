@@ -355,6 +355,22 @@ def time_to(result, target: float, per_epoch: bool = True) -> Optional[float]:
     return min(hits) if hits else None
 
 
+def rank_agreement(result, epoch: int) -> Optional[float]:
+    """Spearman's rank correlation, over the unpruned search's trials, of val_loss after ``epoch`` epochs with
+    the final val_loss: how well an early rung (ASHA's after 1 and 3 epochs) predicts the final ranking."""
+    import numpy as np
+
+    pairs = []
+    for t in result.trials:
+        losses = [float(h["val_loss"]) for h in t.history if isinstance(h.get("val_loss"), (int, float))]
+        if t.status == "FINISHED" and len(losses) > epoch:
+            pairs.append((losses[epoch - 1], losses[-1]))
+    if len(pairs) < 3:
+        return None
+    early, final = (np.argsort(np.argsort(np.array(col))) for col in zip(*pairs, strict=True))
+    return float(np.corrcoef(early, final)[0, 1])
+
+
 def part_three(spark, args) -> List[Dict[str, Any]]:
     from sparktrain.tune.search import format_trials, run_search
 
@@ -385,6 +401,7 @@ def part_three(spark, args) -> List[Dict[str, Any]]:
                "optuna_ttt": opt_ttt, "optuna_wall": opt_wall, "optuna_best": opt.best_metric,
                "pruned": sum(t.status == "PRUNED" for t in opt.trials), "optuna_trials": len(opt.trials),
                "optuna_stop": opt.stop_reason,
+               "rank_corr_epoch1": rank_agreement(hyper, 1), "rank_corr_epoch3": rank_agreement(hyper, 3),
                "hyperopt_epochs": sum(t.epochs for t in hyper.trials),
                "optuna_epochs": sum(t.epochs for t in opt.trials),
                "ratio": (hyper_ttt / opt_ttt) if (hyper_ttt is not None and opt_ttt) else 0.0}
@@ -413,6 +430,10 @@ def print_part_three(rows: List[Dict[str, Any]], args) -> None:
               f"{opt:>26} | {x['optuna_wall']:>13.1f} | {x['optuna_best']:>11.5f} | "
               f"{str(x['pruned']) + ' of ' + str(x.get('optuna_trials', '?')):>10} | "
               f"{str(x['hyperopt_epochs']) + ' / ' + str(x['optuna_epochs']):>22} | {x['ratio']:>5.2f} |")
+    for x in rows:
+        print(f"repeat {x['repeat']}: rank correlation of val_loss after 1 / 3 epochs with the final val_loss "
+              f"(Hyperopt's unpruned trials): {x.get('rank_corr_epoch1') or float('nan'):.2f} / "
+              f"{x.get('rank_corr_epoch3') or float('nan'):.2f}; Optuna stopped by {x.get('optuna_stop')}")
     ratios_ = [x["ratio"] for x in rows]
     walls = [x["hyperopt_wall"] / x["optuna_wall"] for x in rows]
     print(f"median ratio (Hyperopt's time to target / Optuna+ASHA's): {statistics.median(ratios_):.2f} (goal >= 2); "
@@ -436,6 +457,10 @@ def record_part_three(rows: List[Dict[str, Any]], args) -> None:
     res.add("Optuna TPE + ASHA: search wall", [x["optuna_wall"] for x in rows], "s", digits=1)
     res.add("Optuna TPE + ASHA: trials run", [x.get("optuna_trials", 0) for x in rows], "trials", digits=0)
     res.add("Optuna TPE + ASHA: trials pruned", [x["pruned"] for x in rows], "trials", digits=0)
+    res.add("rank correlation, val_loss after 1 epoch vs final (Hyperopt's trials)",
+            [x["rank_corr_epoch1"] for x in rows if x.get("rank_corr_epoch1") is not None], "rho", digits=2)
+    res.add("rank correlation, val_loss after 3 epochs vs final (Hyperopt's trials)",
+            [x["rank_corr_epoch3"] for x in rows if x.get("rank_corr_epoch3") is not None], "rho", digits=2)
     res.add("epochs trained: Hyperopt", [x["hyperopt_epochs"] for x in rows], "epochs", digits=0)
     res.add("epochs trained: Optuna + ASHA", [x["optuna_epochs"] for x in rows], "epochs", digits=0)
     ratio = [x["ratio"] for x in rows]

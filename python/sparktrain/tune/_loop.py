@@ -157,11 +157,12 @@ class SearchLoop:
         """Whether a stop criterion (not ``max_trials``) ended the launches."""
         return self.stop_reason is not None
 
-    def _stop(self, reason: str, why: str, running: int) -> None:
+    def _stop(self, reason: str, message: str, running: int) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
-            log.info("search stopped: %s; no new trials%s", why,
-                     f", {running} running trial(s) finish" if running else "")
+            log.info("%s", message)  # no new trials from here; the running ones finish
+            if running:
+                log.debug("%d running trial(s) finish", running)
 
     # ---- the loop ------------------------------------------------------------------------------------------
     def run(self) -> List[TrialRecord]:
@@ -176,8 +177,8 @@ class SearchLoop:
                 while True:
                     spent = time.time() - self.started
                     if self.time_budget_s is not None and spent >= self.time_budget_s and launched:
-                        self._stop("time_budget_s", f"{spent:.1f} s spent (tune.time_budget_s = "
-                                                    f"{self.time_budget_s:g})", len(running))
+                        self._stop("time_budget_s", f"time budget spent: {spent:.1f} s (tune.time_budget_s = "
+                                                    f"{self.time_budget_s:g}), no new trials", len(running))
                     while (not self.stopped_early and launched < self.max_trials
                            and len(running) < self.concurrency):
                         asked = self.engine.ask()
@@ -342,11 +343,11 @@ class SearchLoop:
                 outcome.model = None
         if better and self.stop_at is not None and (
                 value <= self.stop_at if self.goal == "min" else value >= self.stop_at):  # type: ignore[operator]
-            self._stop("stop_at", f"trial {record.number} reached {self.metric} = {value:.5g} "
-                                  f"(tune.stop_at = {self.stop_at:g})", still_running)
+            self._stop("stop_at", f"target reached: trial {record.number} has {self.metric} = {value:.5g} "
+                                  f"(tune.stop_at = {self.stop_at:g}), no new trials", still_running)
         if self.early_stop_trials is not None and self._since_best >= self.early_stop_trials:
-            self._stop("early_stop_trials", f"no improvement of {self.metric} in the last {self._since_best} "
-                                            "trials (tune.early_stop_trials)", still_running)
+            self._stop("early_stop_trials", f"early stop: no improvement of {self.metric} in the last "
+                                            f"{self._since_best} trials", still_running)
 
 
 def _first_line(exc: BaseException) -> str:
