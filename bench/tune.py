@@ -57,6 +57,11 @@ as 0).  The table also shows the coarser measure (the first *finished* trial
 at the target).  ``--ttt-epochs`` defaults to 9, so ASHA's rungs at 1 and 3
 epochs stop trials that full training would run 9 epochs.
 
+With ``--ray`` (and ``bench/peers/.venv-ray``, from ``bench/peers/setup-ray.sh``), each repeat
+also runs the same search on **Ray Tune** (:func:`ray_ttt`): the same space, epochs, target and time
+budget, ASHA with the same rungs, Optuna's TPE as its searcher, the same MLP built by sparktrain's
+executor code on the same Parquet; Ray's start and its dataset materialization are not timed.
+
 Hyperopt runs first in every repeat (its result sets Optuna's stop).  Goal: median of the per-repeat
 ratios (Hyperopt's time to target / Optuna's) >= 2.  Results go to
 ``work/bench/tune_ttt.json``.
@@ -371,6 +376,37 @@ def rank_agreement(result, epoch: int) -> Optional[float]:
     return float(np.corrcoef(early, final)[0, 1])
 
 
+def ray_ttt(dataset: str, model, target: float, budget_s: float, seed: int, args) -> Dict[str, Any]:
+    """Ray Tune's ASHA on the same search (bench/peers/ray_bench.py, part ``ttt``, in Ray's own venv)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    from sparktrain.data.commit import resolve
+
+    ray_py = REPO / "bench" / "peers" / ".venv-ray" / "bin" / "python"
+    if not ray_py.exists():
+        return {"error": f"no Ray venv at {ray_py.relative_to(REPO)}: run `bash bench/peers/setup-ray.sh`"}
+    gen = resolve(dataset)
+    scratch = Path(tempfile.mkdtemp(prefix="ray-", dir=str(WORK)))
+    inputs = scratch / "inputs.json"
+    inputs.write_text(json.dumps(model.inputs.to_dict()))
+    cmd = [str(ray_py), str(REPO / "bench" / "peers" / "ray_bench.py"), "--train", os.path.join(gen, "train"),
+           "--validation", os.path.join(gen, "validation"), "--test", os.path.join(gen, "test"),
+           "--inputs", str(inputs), "--parts", "ttt", "--tune-epochs", str(args.ttt_epochs),
+           "--trials", str(args.ttt_optuna_trials), "--parallelism", str(args.parallelism),
+           "--ttt-target", repr(target), "--ttt-budget-s", repr(budget_s), "--seed", str(seed),
+           "--scratch", str(scratch)]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYSPARK_PYTHON")}
+    env.update(PYTHONPATH=str(REPO / "python"), RAY_TMPDIR=str(scratch))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=budget_s * 3 + 600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT ") and '"kind": "ttt"' in line:
+            return json.loads(line[len("RESULT "):])
+    return {"error": f"exit {proc.returncode}: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])}
+
+
 def part_three(spark, args) -> List[Dict[str, Any]]:
     from sparktrain.tune.search import format_trials, run_search
 
@@ -405,6 +441,10 @@ def part_three(spark, args) -> List[Dict[str, Any]]:
                "hyperopt_epochs": sum(t.epochs for t in hyper.trials),
                "optuna_epochs": sum(t.epochs for t in opt.trials),
                "ratio": (hyper_ttt / opt_ttt) if (hyper_ttt is not None and opt_ttt) else 0.0}
+        if args.ray:
+            ray = ray_ttt(dataset, hyper.best_model, target, hyper_wall, r, args)
+            ray_s = ray.get("ttt_s")
+            row.update(ray=ray, ray_ratio=(hyper_ttt / ray_s) if (hyper_ttt is not None and ray_s) else 0.0)
         log.info("repeat %d: %s", r + 1, {k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()})
         rows.append(row)
     return rows
@@ -434,6 +474,14 @@ def print_part_three(rows: List[Dict[str, Any]], args) -> None:
         print(f"repeat {x['repeat']}: rank correlation of val_loss after 1 / 3 epochs with the final val_loss "
               f"(Hyperopt's unpruned trials): {x.get('rank_corr_epoch1') or float('nan'):.2f} / "
               f"{x.get('rank_corr_epoch3') or float('nan'):.2f}; Optuna stopped by {x.get('optuna_stop')}")
+    for x in rows:
+        if "ray" in x:
+            ray = x["ray"]
+            print(f"repeat {x['repeat']}: Ray Tune ASHA ({ray.get('searcher', '?')}): "
+                  + (f"error {ray['error']}" if "error" in ray else
+                     f"to target {fmt(ray.get('ttt_s'))} s, wall {ray['wall_s']:.1f} s, {ray['trials']} trials "
+                     f"({ray['stopped_early']} stopped early), {ray['epochs']} epochs, best "
+                     f"{ray['best_val_loss']:.5f}; ratio Hyperopt / Ray {x['ray_ratio']:.2f}"))
     ratios_ = [x["ratio"] for x in rows]
     walls = [x["hyperopt_wall"] / x["optuna_wall"] for x in rows]
     print(f"median ratio (Hyperopt's time to target / Optuna+ASHA's): {statistics.median(ratios_):.2f} (goal >= 2); "
@@ -463,6 +511,10 @@ def record_part_three(rows: List[Dict[str, Any]], args) -> None:
             [x["rank_corr_epoch3"] for x in rows if x.get("rank_corr_epoch3") is not None], "rho", digits=2)
     res.add("epochs trained: Hyperopt", [x["hyperopt_epochs"] for x in rows], "epochs", digits=0)
     res.add("epochs trained: Optuna + ASHA", [x["optuna_epochs"] for x in rows], "epochs", digits=0)
+    if any("ray" in x for x in rows):
+        how = "; ".join(str(x["ray"].get("searcher") or x["ray"].get("error")) for x in rows if "ray" in x)
+        res.add("Ray Tune ASHA: time to target / Hyperopt's (ratio Hyperopt / Ray; 0 = not reached)",
+                [x.get("ray_ratio", 0.0) for x in rows], "x", digits=2, note=how[:300])
     ratio = [x["ratio"] for x in rows]
     res.goal("time to target, Hyperopt TPE / Optuna TPE + ASHA", ratio, ">= 2", met_at_least(ratio, 2.0), digits=2,
              basis="median of per-repeat ratios; a repeat where Optuna never reached the target counts as 0")
@@ -484,6 +536,7 @@ def main() -> None:
     ap.add_argument("--ttt-trials", type=int, default=16, help="trials per search in part 3")
     ap.add_argument("--ttt-epochs", type=int, default=9, help="epochs per (unpruned) trial in part 3")
     ap.add_argument("--ttt-repeats", type=int, default=3)
+    ap.add_argument("--ray", action="store_true", help="part 3 also runs Ray Tune's ASHA (bench/peers/.venv-ray)")
     ap.add_argument("--ttt-optuna-trials", type=int, default=64,
                     help="at most this many Optuna trials in part 3 (it stops at the target or Hyperopt's wall)")
     args = ap.parse_args()

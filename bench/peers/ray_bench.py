@@ -238,7 +238,8 @@ def trial(config: Dict[str, Any], ds=None, inputs_dict=None, epochs=1, batch=512
     torch.set_num_threads(1)
     inputs = InputSpec.from_dict(inputs_dict)
     torch.manual_seed(42)
-    net = build_default_model(inputs, ModelSpec(tuple(config["hidden_units"]), 8, 0.0))
+    batch = int(config.get("batch_size", batch))
+    net = build_default_model(inputs, ModelSpec(tuple(config["hidden_units"]), 8, float(config.get("dropout", 0.0))))
     opt = torch.optim.Adam(net.parameters(), lr=config["learning_rate"])
     t0 = time.perf_counter()
     for epoch in range(epochs):
@@ -251,6 +252,7 @@ def trial(config: Dict[str, Any], ds=None, inputs_dict=None, epochs=1, batch=512
             loss.backward()
             opt.step()
         total, n = 0.0, 0
+        net.eval()  # no dropout while validating, as sparktrain's loop does
         with torch.no_grad():
             for b in ds["validation"].iter_batches(batch_size=4096, batch_format="numpy"):
                 x_num, x_cat, y = to_arrays(b, inputs)
@@ -258,7 +260,9 @@ def trial(config: Dict[str, Any], ds=None, inputs_dict=None, epochs=1, batch=512
                 total += float(torch.nn.functional.binary_cross_entropy_with_logits(
                     out, torch.from_numpy(y), reduction="sum"))
                 n += len(y)
-        tune.report({"val_loss": total / max(n, 1), "compute_s": time.perf_counter() - t0, "epoch": epoch})
+        net.train()
+        tune.report({"val_loss": total / max(n, 1), "compute_s": time.perf_counter() - t0, "epoch": epoch,
+                     "wall": time.time()})
     del np
 
 
@@ -288,6 +292,57 @@ def part_tune(args, inputs) -> None:
          best_val_loss=grid.get_best_result().metrics.get("val_loss") if computes else None)
 
 
+def part_ttt(args, inputs) -> None:
+    """bench/tune.py part 3's search on Ray Tune: the same space and epochs, ASHA (grace 1 epoch, reduction
+    factor 3), Optuna's TPE as the searcher when optuna imports (else Ray's random search); stops when a trial
+    reports val_loss <= ``--ttt-target`` or after ``--ttt-budget-s``, at most ``--trials`` trials."""
+    import ray.data
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    ds = {"train": ray.data.read_parquet(args.train).select_columns(_columns(inputs)).materialize(),
+          "validation": ray.data.read_parquet(args.validation).select_columns(_columns(inputs)).materialize()}
+    space = {"learning_rate": tune.loguniform(1e-5, 1e-1), "hidden_units": tune.choice([[32], [64, 64], [128, 64]]),
+             "batch_size": tune.choice([512, 1024, 2048]), "dropout": tune.uniform(0.0, 0.3)}
+    try:
+        from ray.tune.search.optuna import OptunaSearch
+
+        searcher: Any = OptunaSearch(seed=args.seed)
+        name = "optuna tpe"
+    except Exception as e:  # noqa: BLE001 - optuna missing or not supported by this Ray
+        searcher, name = None, f"random ({type(e).__name__}: {e})"[:200]
+    hit: Dict[str, float] = {}
+    start = time.time()
+
+    class Target(tune.Stopper):
+        def __call__(self, trial_id: str, result: Dict[str, Any]) -> bool:
+            if result.get("val_loss", float("inf")) <= args.ttt_target and "at" not in hit:
+                hit["at"] = float(result.get("wall", time.time())) - start
+            return False
+
+        def stop_all(self) -> bool:
+            return "at" in hit
+
+    trainable = tune.with_resources(tune.with_parameters(trial, ds=ds, inputs_dict=inputs.to_dict(),
+                                                         epochs=args.tune_epochs), {"cpu": 1})
+    tuner = tune.Tuner(trainable, param_space=space,
+                       tune_config=tune.TuneConfig(num_samples=args.trials, max_concurrent_trials=args.parallelism,
+                                                   metric="val_loss", mode="min", search_alg=searcher,
+                                                   scheduler=ASHAScheduler(time_attr="training_iteration",
+                                                                           max_t=args.tune_epochs, grace_period=1,
+                                                                           reduction_factor=3),
+                                                   time_budget_s=args.ttt_budget_s),
+                       run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(prefix="ray-ttt-", dir=args.scratch),
+                                                 name="flights-ttt", verbose=0, stop=Target()))
+    start = time.time()
+    grid = tuner.fit()
+    wall = time.time() - start
+    iters = [int(r.metrics.get("training_iteration") or 0) for r in grid if r.metrics]
+    losses = [float(r.metrics["val_loss"]) for r in grid if r.metrics and "val_loss" in r.metrics]
+    emit("ttt", searcher=name, ttt_s=hit.get("at"), wall_s=wall, trials=len(grid), epochs=sum(iters),
+         stopped_early=sum(i < args.tune_epochs for i in iters), best_val_loss=min(losses) if losses else None)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train", required=True)
@@ -307,6 +362,9 @@ def main() -> int:
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--tune-epochs", type=int, default=1)
     ap.add_argument("--scratch", default=tempfile.gettempdir())
+    ap.add_argument("--ttt-target", type=float, default=0.0, help="part ttt: stop at this val_loss")
+    ap.add_argument("--ttt-budget-s", type=float, default=None, help="part ttt: Ray Tune's time_budget_s")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     os.makedirs(args.scratch, exist_ok=True)
 
@@ -332,6 +390,8 @@ def main() -> int:
             part_fault(args, inputs)
         if "tune" in parts:
             part_tune(args, inputs)
+        if "ttt" in parts:
+            part_ttt(args, inputs)
     finally:
         ray.shutdown()
     return 0

@@ -18,7 +18,8 @@ rm -rf "$venv"
 pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" --upgrade "pip>=24" "setuptools>=77" wheel
 "${pip[@]}" "torch==2.13.0"
-"${pip[@]}" "ray[data,train,tune]==2.60.0" "pyarrow>=18,<26" "pandas>=2.2,<3" "scikit-learn" "psutil"
+"${pip[@]}" "ray[data,train,tune]==2.60.0" "pyarrow>=18,<26" "pandas>=2.2,<3" "scikit-learn" "psutil" \
+    "optuna==5.0.0"  # bench/tune.py --ray: Ray Tune's OptunaSearch, the same Optuna as sparktrain's lock
 "$venv/bin/python" - <<'PY'
 import pyarrow, ray, torch
 import ray.data, ray.train.torch, ray.tune  # noqa: F401
