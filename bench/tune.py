@@ -41,7 +41,7 @@ preprocessed once into ``work/bench/tune/flights/``), single-task trials,
 * **Hyperopt TPE**, ``--ttt-trials`` trials, no pruning: its best final
   ``val_loss`` is the repeat's **target**;
 * then **Optuna TPE + ASHA** (``reduction_factor`` 3, rungs after 1, 3, 9...
-  epochs), the same seed and epochs per trial, searching until it has the
+  epochs; ``--ttt-min-epochs m`` puts them at m, 3m...), the same seed and epochs per trial, searching until it has the
   target: ``tune.stop_at`` = the target, ``tune.time_budget_s`` = Hyperopt's
   whole search wall (it may not take longer than the search that set the
   target) and at most ``--ttt-optuna-trials`` trials.  Pruning makes a trial
@@ -316,7 +316,7 @@ def ttt_config(engine: str, args, seed: int, study_dir: Path, target: Optional[f
                             "metric": "val_loss", "space": TTT_SPACE, "engine": engine, "sampler": "tpe"}
     if engine == "optuna":
         name = f"ttt-{seed}-{time.time_ns()}"  # a new study each time: nothing continues
-        tune.update(pruner="asha", reduction_factor=3, pruner_min_epochs=1, study=name,
+        tune.update(pruner="asha", reduction_factor=3, pruner_min_epochs=args.ttt_min_epochs, study=name,
                     storage=str(study_dir / f"{name}.journal"), max_trials=args.ttt_optuna_trials,
                     stop_at=target, time_budget_s=budget_s)
     cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
@@ -456,7 +456,8 @@ def print_part_three(rows: List[Dict[str, Any]], args) -> None:
 
     print(f"\ntime to a good model on flights: up to {args.ttt_epochs} epochs a trial, single mode, "
           f"{args.parallelism} at a time; target = best val_loss of a {args.ttt_trials}-trial Hyperopt TPE search "
-          f"(no pruning); Optuna TPE + ASHA searches until it has the target (at most {args.ttt_optuna_trials} "
+          f"(no pruning); Optuna TPE + ASHA (first rung {args.ttt_min_epochs} epoch(s)) searches until it has the "
+          f"target (at most {args.ttt_optuna_trials} "
           "trials, within Hyperopt's wall); time to target: the first epoch at or below it (first finished trial: "
           "in brackets)")
     print(f"| {'repeat':>6} | {'target':>8} | {'hyperopt to target s':>22} | {'hyperopt wall s':>15} | "
@@ -536,6 +537,8 @@ def main() -> None:
     ap.add_argument("--ttt-trials", type=int, default=16, help="trials per search in part 3")
     ap.add_argument("--ttt-epochs", type=int, default=9, help="epochs per (unpruned) trial in part 3")
     ap.add_argument("--ttt-repeats", type=int, default=3)
+    ap.add_argument("--ttt-min-epochs", type=int, default=1,
+                    help="part 3: ASHA's first rung (tune.pruner_min_epochs), in epochs; rungs at m, 3m, 9m...")
     ap.add_argument("--ray", action="store_true", help="part 3 also runs Ray Tune's ASHA (bench/peers/.venv-ray)")
     ap.add_argument("--ttt-optuna-trials", type=int, default=64,
                     help="at most this many Optuna trials in part 3 (it stops at the target or Hyperopt's wall)")
