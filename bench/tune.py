@@ -41,9 +41,9 @@ preprocessed once into ``work/bench/tune/flights/``), single-task trials,
 * **Hyperopt TPE**, ``--ttt-trials`` trials, no pruning: its best final
   ``val_loss`` is the repeat's **target**;
 * then **Optuna TPE + ASHA** (``reduction_factor`` 3, rungs after 1, 3, 9...
-  epochs; ``--ttt-min-epochs m`` puts them at m, 3m...), the same seed and epochs per trial, searching until it has the
-  target: ``tune.stop_at`` = the target, ``tune.time_budget_s`` = Hyperopt's
-  whole search wall (it may not take longer than the search that set the
+  epochs; ``--ttt-min-epochs m`` puts them at m, 3m...), the same seed and
+  epochs per trial, searching until it has the target: ``tune.stop_at`` = the
+  target, ``tune.time_budget_s`` = Hyperopt's whole search wall (it may not take longer than the search that set the
   target) and at most ``--ttt-optuna-trials`` trials.  Pruning makes a trial
   cheaper, so in the same time Optuna may try more points than Hyperopt did:
   that is what a user gains from it, and what the measure asks.
@@ -58,9 +58,10 @@ at the target).  ``--ttt-epochs`` defaults to 9, so ASHA's rungs at 1 and 3
 epochs stop trials that full training would run 9 epochs.
 
 With ``--ray`` (and ``bench/peers/.venv-ray``, from ``bench/peers/setup-ray.sh``), each repeat
-also runs the same search on **Ray Tune** (:func:`ray_ttt`): the same space, epochs, target and time
-budget, ASHA with the same rungs, Optuna's TPE as its searcher, the same MLP built by sparktrain's
-executor code on the same Parquet; Ray's start and its dataset materialization are not timed.
+also runs the same search on **Ray Tune** (:func:`ray_ttt`): the same space (:data:`TTT_SPACE`),
+epochs, target and time budget, ASHA with the same rungs (``--ttt-min-epochs``), Optuna's TPE as its
+searcher, the same MLP built by sparktrain's executor code on the same Parquet; Ray's start and its
+dataset materialization are not timed.
 
 Hyperopt runs first in every repeat (its result sets Optuna's stop).  Goal: median of the per-repeat
 ratios (Hyperopt's time to target / Optuna's) >= 2.  Results go to
@@ -380,6 +381,7 @@ def ray_ttt(dataset: str, model, target: float, budget_s: float, seed: int, args
     """Ray Tune's ASHA on the same search (bench/peers/ray_bench.py, part ``ttt``, in Ray's own venv)."""
     import json
     import os
+    import shutil
     import subprocess
     import tempfile
 
@@ -397,10 +399,16 @@ def ray_ttt(dataset: str, model, target: float, budget_s: float, seed: int, args
            "--inputs", str(inputs), "--parts", "ttt", "--tune-epochs", str(args.ttt_epochs),
            "--trials", str(args.ttt_optuna_trials), "--parallelism", str(args.parallelism),
            "--ttt-target", repr(target), "--ttt-budget-s", repr(budget_s), "--seed", str(seed),
-           "--scratch", str(scratch)]
+           "--ttt-space", json.dumps(TTT_SPACE), "--ttt-grace", str(args.ttt_min_epochs), "--scratch", str(scratch)]
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYSPARK_PYTHON")}
     env.update(PYTHONPATH=str(REPO / "python"), RAY_TMPDIR=str(scratch))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=budget_s * 3 + 600)
+    limit = budget_s * 3 + 600  # Ray's start, its datasets and the search (time_budget_s), with a margin
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"error": f"bench/peers/ray_bench.py --parts ttt did not end within {limit:.0f} s; killed"}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # this call's own mkdtemp: Ray's session files, inputs.json
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT ") and '"kind": "ttt"' in line:
             return json.loads(line[len("RESULT "):])
@@ -482,7 +490,8 @@ def print_part_three(rows: List[Dict[str, Any]], args) -> None:
                   + (f"error {ray['error']}" if "error" in ray else
                      f"to target {fmt(ray.get('ttt_s'))} s, wall {ray['wall_s']:.1f} s, {ray['trials']} trials "
                      f"({ray['stopped_early']} stopped early), {ray['epochs']} epochs, best "
-                     f"{ray['best_val_loss']:.5f}; ratio Hyperopt / Ray {x['ray_ratio']:.2f}"))
+                     + ("none (no epoch finished)" if ray.get("best_val_loss") is None else
+                        f"{ray['best_val_loss']:.5f}") + f"; ratio Hyperopt / Ray {x['ray_ratio']:.2f}"))
     ratios_ = [x["ratio"] for x in rows]
     walls = [x["hyperopt_wall"] / x["optuna_wall"] for x in rows]
     print(f"median ratio (Hyperopt's time to target / Optuna+ASHA's): {statistics.median(ratios_):.2f} (goal >= 2); "

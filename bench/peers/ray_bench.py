@@ -292,18 +292,37 @@ def part_tune(args, inputs) -> None:
          best_val_loss=grid.get_best_result().metrics.get("val_loss") if computes else None)
 
 
+def ray_space(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """sparktrain's ``tune.space`` (``{key: {loguniform|uniform: [low, high]}}`` or ``{key: {choice: [...]}}``)
+    as Ray Tune's search space, so both benches search exactly the same space."""
+    from ray import tune
+
+    ranges = {"loguniform": tune.loguniform, "uniform": tune.uniform}
+    out: Dict[str, Any] = {}
+    for key, dist in spec.items():
+        (kind, arg), = dist.items()
+        if kind == "choice":
+            out[key] = tune.choice(arg)
+        elif kind in ranges:
+            out[key] = ranges[kind](*arg)
+        else:
+            raise SystemExit(f"--ttt-space: key {key!r} has distribution {kind!r}; this bench maps only "
+                             f"choice, {', '.join(ranges)}")
+    return out
+
+
 def part_ttt(args, inputs) -> None:
-    """bench/tune.py part 3's search on Ray Tune: the same space and epochs, ASHA (grace 1 epoch, reduction
-    factor 3), Optuna's TPE as the searcher when optuna imports (else Ray's random search); stops when a trial
-    reports val_loss <= ``--ttt-target`` or after ``--ttt-budget-s``, at most ``--trials`` trials."""
+    """bench/tune.py part 3's search on Ray Tune: the same space (``--ttt-space``) and epochs, ASHA (grace
+    ``--ttt-grace`` epochs, reduction factor 3), Optuna's TPE as the searcher when optuna imports (else Ray's
+    random search); stops when a trial reports val_loss <= ``--ttt-target`` or after ``--ttt-budget-s``, at most
+    ``--trials`` trials."""
     import ray.data
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
+    space = ray_space(json.loads(args.ttt_space))
     ds = {"train": ray.data.read_parquet(args.train).select_columns(_columns(inputs)).materialize(),
           "validation": ray.data.read_parquet(args.validation).select_columns(_columns(inputs)).materialize()}
-    space = {"learning_rate": tune.loguniform(1e-5, 1e-1), "hidden_units": tune.choice([[32], [64, 64], [128, 64]]),
-             "batch_size": tune.choice([512, 1024, 2048]), "dropout": tune.uniform(0.0, 0.3)}
     try:
         from ray.tune.search.optuna import OptunaSearch
 
@@ -325,13 +344,12 @@ def part_ttt(args, inputs) -> None:
 
     trainable = tune.with_resources(tune.with_parameters(trial, ds=ds, inputs_dict=inputs.to_dict(),
                                                          epochs=args.tune_epochs), {"cpu": 1})
+    asha = ASHAScheduler(time_attr="training_iteration", max_t=args.tune_epochs, grace_period=args.ttt_grace,
+                         reduction_factor=3)
     tuner = tune.Tuner(trainable, param_space=space,
                        tune_config=tune.TuneConfig(num_samples=args.trials, max_concurrent_trials=args.parallelism,
                                                    metric="val_loss", mode="min", search_alg=searcher,
-                                                   scheduler=ASHAScheduler(time_attr="training_iteration",
-                                                                           max_t=args.tune_epochs, grace_period=1,
-                                                                           reduction_factor=3),
-                                                   time_budget_s=args.ttt_budget_s),
+                                                   scheduler=asha, time_budget_s=args.ttt_budget_s),
                        run_config=tune.RunConfig(storage_path=tempfile.mkdtemp(prefix="ray-ttt-", dir=args.scratch),
                                                  name="flights-ttt", verbose=0, stop=Target()))
     start = time.time()
@@ -364,6 +382,8 @@ def main() -> int:
     ap.add_argument("--scratch", default=tempfile.gettempdir())
     ap.add_argument("--ttt-target", type=float, default=0.0, help="part ttt: stop at this val_loss")
     ap.add_argument("--ttt-budget-s", type=float, default=None, help="part ttt: Ray Tune's time_budget_s")
+    ap.add_argument("--ttt-space", default="{}", help="part ttt: the search space, sparktrain's tune.space as JSON")
+    ap.add_argument("--ttt-grace", type=int, default=1, help="part ttt: ASHA's first rung, in epochs")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     os.makedirs(args.scratch, exist_ok=True)
