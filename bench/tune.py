@@ -41,7 +41,8 @@ preprocessed once into ``work/bench/tune/flights/``), single-task trials,
 * **Hyperopt TPE**, ``--ttt-trials`` trials, no pruning: its best final
   ``val_loss`` is the repeat's **target**;
 * then **Optuna TPE + ASHA** (``reduction_factor`` 3, rungs after 1, 3, 9...
-  epochs; ``--ttt-min-epochs m`` puts them at m, 3m...), the same seed and
+  epochs; ``--ttt-min-epochs m`` puts them at m, 3m...; ``--ttt-pruner
+  hyperband|median`` swaps the pruner, the goal is ASHA's), the same seed and
   epochs per trial, searching until it has the target: ``tune.stop_at`` = the
   target, ``tune.time_budget_s`` = Hyperopt's whole search wall (it may not take longer than the search that set the
   target) and at most ``--ttt-optuna-trials`` trials.  Pruning makes a trial
@@ -91,6 +92,8 @@ SPACE = {"learning_rate": {"loguniform": [1.0e-4, 1.0e-1]}, "batch_size": {"choi
 #: part 3's space on flights: a wide learning-rate range, so a good share of trials is clearly bad early
 TTT_SPACE = {"learning_rate": {"loguniform": [1.0e-5, 1.0e-1]}, "hidden_units": {"choice": [[32], [64, 64], [128, 64]]},
              "batch_size": {"choice": [512, 1024, 2048]}, "dropout": {"uniform": [0.0, 0.3]}}
+#: part 3's Optuna pruners (--ttt-pruner), as the tables name them
+PRUNER_LABELS = {"asha": "ASHA", "hyperband": "Hyperband", "median": "median"}
 
 
 def make_objective(sleep_s: float) -> Callable[[Dict[str, Any]], float]:
@@ -317,7 +320,7 @@ def ttt_config(engine: str, args, seed: int, study_dir: Path, target: Optional[f
                             "metric": "val_loss", "space": TTT_SPACE, "engine": engine, "sampler": "tpe"}
     if engine == "optuna":
         name = f"ttt-{seed}-{time.time_ns()}"  # a new study each time: nothing continues
-        tune.update(pruner="asha", reduction_factor=3, pruner_min_epochs=args.ttt_min_epochs, study=name,
+        tune.update(pruner=args.ttt_pruner, reduction_factor=3, pruner_min_epochs=args.ttt_min_epochs, study=name,
                     storage=str(study_dir / f"{name}.journal"), max_trials=args.ttt_optuna_trials,
                     stop_at=target, time_budget_s=budget_s)
     cfg = load_config(REPO / "conf" / "flights.yaml", overrides=[
@@ -459,17 +462,19 @@ def part_three(spark, args) -> List[Dict[str, Any]]:
 
 
 def print_part_three(rows: List[Dict[str, Any]], args) -> None:
+    label = PRUNER_LABELS[args.ttt_pruner]
+
     def fmt(v: Optional[float]) -> str:
         return "not reached" if v is None else f"{v:.1f}"
 
     print(f"\ntime to a good model on flights: up to {args.ttt_epochs} epochs a trial, single mode, "
           f"{args.parallelism} at a time; target = best val_loss of a {args.ttt_trials}-trial Hyperopt TPE search "
-          f"(no pruning); Optuna TPE + ASHA (first rung {args.ttt_min_epochs} epoch(s)) searches until it has the "
+          f"(no pruning); Optuna TPE + {label} (first rung {args.ttt_min_epochs} epoch(s)) searches until it has the "
           f"target (at most {args.ttt_optuna_trials} "
           "trials, within Hyperopt's wall); time to target: the first epoch at or below it (first finished trial: "
           "in brackets)")
     print(f"| {'repeat':>6} | {'target':>8} | {'hyperopt to target s':>22} | {'hyperopt wall s':>15} | "
-          f"{'optuna+ASHA to target s':>26} | {'optuna wall s':>13} | {'optuna best':>11} | {'pruned':>10} | "
+          f"{'optuna+pruner to target s':>26} | {'optuna wall s':>13} | {'optuna best':>11} | {'pruned':>10} | "
           f"{'epochs hyperopt/optuna':>22} | {'ratio':>5} |")
     print("|" + "|".join("-" * (w + 2) for w in (6, 8, 22, 15, 26, 13, 11, 10, 22, 5)) + "|")
     for x in rows:
@@ -494,39 +499,41 @@ def print_part_three(rows: List[Dict[str, Any]], args) -> None:
                         f"{ray['best_val_loss']:.5f}") + f"; ratio Hyperopt / Ray {x['ray_ratio']:.2f}"))
     ratios_ = [x["ratio"] for x in rows]
     walls = [x["hyperopt_wall"] / x["optuna_wall"] for x in rows]
-    print(f"median ratio (Hyperopt's time to target / Optuna+ASHA's): {statistics.median(ratios_):.2f} (goal >= 2); "
-          f"search wall, Hyperopt / Optuna+ASHA: {statistics.median(walls):.2f} "
+    print(f"median ratio (Hyperopt's time to target / Optuna+{label}'s): {statistics.median(ratios_):.2f} (goal >= 2); "
+          f"search wall, Hyperopt / Optuna+{label}: {statistics.median(walls):.2f} "
           f"({min(walls):.2f}-{max(walls):.2f})")
 
 
 def record_part_three(rows: List[Dict[str, Any]], args) -> None:
+    label = PRUNER_LABELS[args.ttt_pruner]
     res = Results("tune_ttt", {"trials": args.ttt_trials, "epochs": args.ttt_epochs, "parallelism": args.parallelism,
                                "repeats": args.ttt_repeats, "space": TTT_SPACE,
-                               "optuna_max_trials": args.ttt_optuna_trials,
+                               "optuna_max_trials": args.ttt_optuna_trials, "pruner": args.ttt_pruner,
+                               "pruner_min_epochs": args.ttt_min_epochs,
                                "optuna_stop": "tune.stop_at = target, tune.time_budget_s = Hyperopt's wall"},
                   title=f"time to a good model on flights, {args.ttt_trials} trials of {args.ttt_epochs} epochs")
     res.add("Hyperopt TPE: time to its best val_loss (the target), first epoch there",
             [x["hyperopt_ttt"] for x in rows], "s", digits=1)
     res.add("Hyperopt TPE: search wall", [x["hyperopt_wall"] for x in rows], "s", digits=1)
     reached = [x["optuna_ttt"] for x in rows if x["optuna_ttt"] is not None]
-    res.add("Optuna TPE + ASHA: time to the target, first epoch there (repeats that reached it)", reached, "s",
+    res.add(f"Optuna TPE + {label}: time to the target, first epoch there (repeats that reached it)", reached, "s",
             digits=1,
             note=f"reached in {len(reached)} of {len(rows)} repeats")
-    res.add("Optuna TPE + ASHA: search wall", [x["optuna_wall"] for x in rows], "s", digits=1)
-    res.add("Optuna TPE + ASHA: trials run", [x.get("optuna_trials", 0) for x in rows], "trials", digits=0)
-    res.add("Optuna TPE + ASHA: trials pruned", [x["pruned"] for x in rows], "trials", digits=0)
+    res.add(f"Optuna TPE + {label}: search wall", [x["optuna_wall"] for x in rows], "s", digits=1)
+    res.add(f"Optuna TPE + {label}: trials run", [x.get("optuna_trials", 0) for x in rows], "trials", digits=0)
+    res.add(f"Optuna TPE + {label}: trials pruned", [x["pruned"] for x in rows], "trials", digits=0)
     res.add("rank correlation, val_loss after 1 epoch vs final (Hyperopt's trials)",
             [x["rank_corr_epoch1"] for x in rows if x.get("rank_corr_epoch1") is not None], "rho", digits=2)
     res.add("rank correlation, val_loss after 3 epochs vs final (Hyperopt's trials)",
             [x["rank_corr_epoch3"] for x in rows if x.get("rank_corr_epoch3") is not None], "rho", digits=2)
     res.add("epochs trained: Hyperopt", [x["hyperopt_epochs"] for x in rows], "epochs", digits=0)
-    res.add("epochs trained: Optuna + ASHA", [x["optuna_epochs"] for x in rows], "epochs", digits=0)
+    res.add(f"epochs trained: Optuna + {label}", [x["optuna_epochs"] for x in rows], "epochs", digits=0)
     if any("ray" in x for x in rows):
         how = "; ".join(str(x["ray"].get("searcher") or x["ray"].get("error")) for x in rows if "ray" in x)
         res.add("Ray Tune ASHA: time to target / Hyperopt's (ratio Hyperopt / Ray; 0 = not reached)",
                 [x.get("ray_ratio", 0.0) for x in rows], "x", digits=2, note=how[:300])
     ratio = [x["ratio"] for x in rows]
-    res.goal("time to target, Hyperopt TPE / Optuna TPE + ASHA", ratio, ">= 2", met_at_least(ratio, 2.0), digits=2,
+    res.goal(f"time to target, Hyperopt TPE / Optuna TPE + {label}", ratio, ">= 2", met_at_least(ratio, 2.0), digits=2,
              basis="median of per-repeat ratios; a repeat where Optuna never reached the target counts as 0")
     res.write()
 
@@ -548,6 +555,8 @@ def main() -> None:
     ap.add_argument("--ttt-repeats", type=int, default=3)
     ap.add_argument("--ttt-min-epochs", type=int, default=1,
                     help="part 3: ASHA's first rung (tune.pruner_min_epochs), in epochs; rungs at m, 3m, 9m...")
+    ap.add_argument("--ttt-pruner", choices=sorted(PRUNER_LABELS), default="asha",
+                    help="part 3: Optuna's pruner (the goal is ASHA's; the others test docs/tuning.md's advice)")
     ap.add_argument("--ray", action="store_true", help="part 3 also runs Ray Tune's ASHA (bench/peers/.venv-ray)")
     ap.add_argument("--ttt-optuna-trials", type=int, default=64,
                     help="at most this many Optuna trials in part 3 (it stops at the target or Hyperopt's wall)")
