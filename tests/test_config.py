@@ -411,3 +411,19 @@ def test_flatten_of_flights_config_round_trips_through_set():
     overrides = [f"{k}={'null' if v is None else v}" for k, v in flat.items()]
     rebuilt = parse_config(apply_overrides(stubs, overrides))
     assert rebuilt.to_dict() == cfg.to_dict()
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["tune.engine=optuna", "tune.pruner=asha", "tune.max_trials=2"], r"tune\.max_trials"),
+    (["tune.space.learning_rate={loguniform: [0, 0.1]}"], r"learning_rate"),
+])
+def test_a_bad_tune_section_fails_before_any_stage_runs(raw, tmp_path, overrides, match):
+    """`sparktrain run` checks tune: before profile, preprocess and train (it used to fail after them)."""
+    from sparktrain.job import run_job
+
+    cfg = _parse(raw, [f"output.path={tmp_path / 'ds'}", f"train.store={tmp_path / 'store'}",
+                       "tracking.enabled=false", *overrides])
+    # a session that is not one: any Spark call would raise AttributeError, not ConfigError
+    with pytest.raises(ConfigError, match=match):
+        run_job(cfg, spark=object())
+    assert not (tmp_path / "ds").exists() and not (tmp_path / "store").exists()

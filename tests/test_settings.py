@@ -26,7 +26,7 @@ BAD = {
 }
 #: the Params of the estimators that are columns or the run, not training settings
 COLUMN_PARAMS = {"runId", "labelCol", "numericCols", "categoricalCols", "excludeCols", "predictionCol",
-                 "probabilityCol", "featuresCol", "rawPredictionCol"}
+                 "probabilityCol", "featuresCol", "rawPredictionCol", "handleInvalid"}
 
 
 def test_every_setting_has_a_group_a_doc_and_a_yaml_field():

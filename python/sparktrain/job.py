@@ -91,6 +91,10 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         wanted = [s for s in wanted if s not in missing]
     if "profile" in wanted or "preprocess" in wanted:
         cfg.data.require_input()  # no input set: fail before the tracker and the JVM start
+    if "tune" in wanted:
+        from sparktrain.tune.search import check_search
+
+        check_search(cfg)  # a bad tune: section fails here, not after profile, preprocess and train
     if {"preprocess", "train", "tune"} & set(wanted):
         from sparktrain.data.guard import check_job_paths
         # outputs sparktrain may not replace, overlaps: before any Spark work
@@ -326,7 +330,8 @@ def score_command(model_uri: str, input_path: Optional[str], output_path: str, f
     spark = get_or_create_session(master)
     n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
                    options=options, table=table, query=query)
-    print(f"scored {n:,} rows with {model_uri} -> {output_path}")
+    print(f"scored {n:,} rows with {model_uri} -> {output_path} (committed generation; read it with "
+          f"spark.read.parquet(*sparktrain.data.committed_files({output_path!r})))")
     return 0
 
 

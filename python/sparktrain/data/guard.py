@@ -369,7 +369,8 @@ def _source_path(cfg: JobPaths, embedded: Collection[str]) -> Optional[str]:
 
 def check_store_location(store: str, what: str = "train.store", *, dataset: Optional[str] = None,
                          source: Optional[str] = None) -> None:
-    """Refuse a training store at ``/``, the current or home directory, or inside the dataset or the source.
+    """Refuse a training store at ``/``, the current or home directory, inside the dataset or the source, or
+    at (or under) a local path that is a file.
 
     Raises
     ------
@@ -380,6 +381,12 @@ def check_store_location(store: str, what: str = "train.store", *, dataset: Opti
     if loc.path == "/":
         raise OutputOverlapError(what, store, f"it is the root of {loc.space or 'the filesystem'}; {fix}")
     if not loc.space:
+        probe = loc.path
+        while probe and not os.path.exists(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)  # the nearest part of the path that exists must be a folder
+        if probe and os.path.exists(probe) and not os.path.isdir(probe):
+            raise OutputOverlapError(what, store, f"'{probe}' is a file, not a folder, so no run folder can be "
+                                                  f"made there. Fix: {fix}")
         for name, place in (("the current directory", os.getcwd()), ("the home directory", os.path.expanduser("~"))):
             if locate(place).path == loc.path:
                 raise OutputOverlapError(what, store, f"it is {name}; every run would write its folders there. "

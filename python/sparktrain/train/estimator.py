@@ -27,7 +27,7 @@ from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
 from sparktrain.train._executor.spec import InputSpec, WorkerSpec, group_specs
-from sparktrain.train.frame import FrameInputs, describe as describe_inputs, resolve as resolve_frame
+from sparktrain.train.frame import FrameInputs, describe as describe_inputs, invalid_row, resolve as resolve_frame
 from sparktrain.train.inputs import column_stats, exists, infer_inputs
 from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
@@ -65,7 +65,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  runId: Optional[str] = None, labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                  categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
                  predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
-                 featuresCol: Optional[str] = None, rawPredictionCol: Optional[str] = None) -> None:
+                 featuresCol: Optional[str] = None, rawPredictionCol: Optional[str] = None,
+                 handleInvalid: Optional[str] = None) -> None:
         super().__init__()
         self.callbacks: List[TrainingCallback] = []
         self.show_progress = True
@@ -90,8 +91,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                   runId: Optional[str] = None, labelCol: Optional[str] = None, numericCols: Optional[List[str]] = None,
                   categoricalCols: Optional[List[str]] = None, excludeCols: Optional[List[str]] = None,
                   predictionCol: Optional[str] = None, probabilityCol: Optional[str] = None,
-                  featuresCol: Optional[str] = None, rawPredictionCol: Optional[str] = None
-                  ) -> "_DistributedEstimator":
+                  featuresCol: Optional[str] = None, rawPredictionCol: Optional[str] = None,
+                  handleInvalid: Optional[str] = None) -> "_DistributedEstimator":
         """Set any of the constructor's params; returns self."""
         return self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
@@ -331,8 +332,12 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         decision = plan_mod.dataframe_label(df, label, self.getTask())
         frac = self.getValidationFraction()
         df = frame.frame(df, label)
-        content = plan_mod.dataframe_fingerprint(df, label, blocks=frame.vectors)
+        handle = self.getHandleInvalid()
+        content = plan_mod.dataframe_fingerprint(df, label, blocks=frame.vectors, numeric=frame.numeric,
+                                                 categorical=frame.categorical, handle_invalid=handle)
         data_fp = {"dataframe": content, "validation_fraction": frac}
+        if handle != "error":  # which rows are trained on; left out of the default's fingerprint (older runs)
+            data_fp["handle_invalid"] = handle
         entry = plan_mod.label_meta(decision)
         from sparktrain.data.run_store import RunStore
 
@@ -350,7 +355,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                 return train, (val if exists(val) else None), data_fp, entry, frame
         train_path, val_path = plan_mod.materialize_dataframe(
             df, run.data_uri(), label, frac, content["null_labels"], seed=self.getOrDefault(self.seed),
-            labels=decision.encoding.labels)
+            labels=decision.encoding.labels,
+            invalid=invalid_row(frame.numeric, frame.categorical, frame.vectors) if handle != "error" else None,
+            invalid_rows=content.get("invalid_rows", 0), invalid_cols=content.get("invalid"))
         return train_path, val_path, data_fp, entry, frame
 
 

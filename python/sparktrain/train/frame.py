@@ -22,7 +22,10 @@ A *float block* is written to Parquet as ``list<float>`` and becomes one
 ``(column, width)`` entry of :attr:`InputSpec.vectors`.  Its length is checked
 in the aggregation job ``fit`` runs anyway (:func:`block_aggregates`,
 :func:`check_blocks`): rows of different lengths, null rows, and NaN or
-infinite elements are refused before anything is written.
+infinite elements are refused before anything is written.  The same job
+counts nulls, NaN and infinities in every other input (:func:`value_aggregates`,
+:func:`check_values`): ``handleInvalid='error'`` (the default) refuses them
+naming each column, ``'skip'`` and ``'keep'`` leave those rows out of training.
 
 ``featuresCol`` set (Spark ML's contract: a stage reads the columns its Params
 name), or both ``numericCols`` and ``categoricalCols`` set, names the inputs:
@@ -166,6 +169,9 @@ def resolve(schema: Any, label: str, features_col: Optional[str] = None,
         raise SchemaError(f"column '{label}' is the label (labelCol) and also an input ({named[label]}); "
                           f"a model cannot learn its label from itself. Fix: drop it from {named[label]}")
     explicit = features_col is not None or (numeric is not None and categorical is not None)
+    for c in exclude:  # a name that is not there is most likely a typo: the column it meant would be an input
+        if c not in types:
+            raise MissingColumnError(c, list(types), where=f"{where} (excludeCols)")
     excluded = set(exclude)
     out: Dict[str, List[str]] = {NUMERIC: list(numeric or []), CATEGORICAL: list(categorical or []),
                                  BLOCK: [features_col] if features_col else []}
@@ -235,16 +241,20 @@ def block_aggregates(vectors: Sequence[str]) -> List[Any]:
     return aggs
 
 
-def check_blocks(row: Mapping[str, Any], vectors: Sequence[str], rows: int) -> Dict[str, int]:
+def check_blocks(row: Mapping[str, Any], vectors: Sequence[str], rows: int,
+                 handle_invalid: str = "error") -> Dict[str, int]:
     """``{column: width}`` of each float block from :func:`block_aggregates`'s results.
 
     Raises :class:`DataError` naming the column for rows of different lengths
-    (with the lengths seen), empty or null rows, and NaN or infinite elements.
+    (with the lengths seen), and, unless ``handle_invalid`` leaves such rows
+    out (``skip``, ``keep``), for empty or null rows and NaN or infinite elements.
     """
     widths: Dict[str, int] = {}
     for i, c in enumerate(vectors):
         sizes = list(row[f"__block{i}_sizes"] or [])
         nulls, invalid = int(row[f"__block{i}_nulls"] or 0), int(row[f"__block{i}_invalid"] or 0)
+        if handle_invalid != "error":  # null, empty and NaN rows are left out: only the lengths must agree
+            sizes, nulls, invalid = [n for n in sizes if n], 0, 0
         fix_out = f"or leave it out with excludeCols=['{c}']"
         if len(sizes) > 1:
             seen = ", ".join(map(str, sizes[:5])) + (", ..." if len(sizes) > 5 else "")
@@ -265,6 +275,63 @@ def check_blocks(row: Mapping[str, Any], vectors: Sequence[str], rows: int) -> D
     return widths
 
 
+def _invalid(c: str, kind: str) -> Any:
+    """A Column, true where input ``c`` (as :meth:`FrameInputs.frame` writes it) cannot be trained on or scored."""
+    from pyspark.sql import functions as F
+
+    v = F.col(quote(c))
+    if kind == NUMERIC:
+        return v.isNull() | F.isnan(v) | (F.abs(v) == float("inf"))
+    if kind == CATEGORICAL:
+        return v.isNull()
+    return v.isNull() | (F.size(v) == 0) | F.exists(v, lambda x: F.isnan(x) | (F.abs(x) == float("inf")))
+
+
+def invalid_row(numeric: Sequence[str], categorical: Sequence[str], vectors: Sequence[str]) -> Any:
+    """A Column, true for a row with a null, NaN or infinite input (``handleInvalid`` skips those); None if none."""
+    from functools import reduce
+
+    parts = [_invalid(c, NUMERIC) for c in numeric] + [_invalid(c, CATEGORICAL) for c in categorical]
+    parts += [_invalid(c, BLOCK) for c in vectors]
+    return reduce(lambda a, b: a | b, parts) if parts else None
+
+
+def value_aggregates(numeric: Sequence[str], categorical: Sequence[str], vectors: Sequence[str],
+                     label: str) -> List[Any]:
+    """Aggregates over a :meth:`FrameInputs.frame` that :func:`check_values` reads: invalid values per scalar
+    input, and labelled rows with any invalid input."""
+    from pyspark.sql import functions as F
+
+    aggs = [F.sum(_invalid(c, NUMERIC).cast("long")).alias(f"__num{i}_invalid") for i, c in enumerate(numeric)]
+    aggs += [F.sum(_invalid(c, CATEGORICAL).cast("long")).alias(f"__cat{i}_invalid")
+             for i, c in enumerate(categorical)]
+    bad = invalid_row(numeric, categorical, vectors)
+    if bad is not None:
+        aggs.append(F.sum((F.col(quote(label)).isNotNull() & bad).cast("long")).alias("__invalid_rows"))
+    return aggs
+
+
+def check_values(row: Mapping[str, Any], numeric: Sequence[str], categorical: Sequence[str], rows: int,
+                 handle_invalid: str = "error") -> Dict[str, int]:
+    """``{column: rows with a null, NaN or infinite value}`` of the scalar inputs, from :func:`value_aggregates`.
+
+    Raises :class:`DataError` naming every such column (with its count and the
+    fixes) when ``handle_invalid`` is ``error``; with ``skip`` or ``keep`` the
+    rows are left out of training by the caller.
+    """
+    bad = {c: int(row[f"__num{i}_invalid"] or 0) for i, c in enumerate(numeric)}
+    bad.update({c: int(row[f"__cat{i}_invalid"] or 0) for i, c in enumerate(categorical)})
+    bad = {c: n for c, n in bad.items() if n}
+    if bad and handle_invalid == "error":
+        named = ", ".join(f"'{c}' ({n:,} of {rows:,} rows)" for c, n in bad.items())
+        cols = ", ".join(f"'{c}'" for c in bad)
+        raise DataError(f"input column(s) {named} hold nulls, NaN or infinite values; a network cannot learn "
+                        f"from them and would train to NaN. Fix: fill them in Spark (pyspark.ml.feature.Imputer, "
+                        f"or df.na.fill), leave those rows out with handleInvalid='skip' (or "
+                        f"df.na.drop(subset=[{cols}])), or leave the column(s) out with excludeCols")
+    return bad
+
+
 def describe(inputs: Any, unused: Sequence[str] = ()) -> str:
     """The inputs by name for the log: ``numeric [a, b]; float blocks [features (12)]; categorical [c (5)]``."""
     parts = []
@@ -280,5 +347,5 @@ def describe(inputs: Any, unused: Sequence[str] = ()) -> str:
     return text
 
 
-__all__ = ["FrameInputs", "block_aggregates", "check_blocks", "column_kind", "describe", "is_vector", "resolve",
-           "why_not"]
+__all__ = ["FrameInputs", "block_aggregates", "check_blocks", "check_values", "column_kind", "describe",
+           "invalid_row", "is_vector", "resolve", "value_aggregates", "why_not"]

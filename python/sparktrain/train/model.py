@@ -24,7 +24,7 @@ from pyspark.ml import Model
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import ConfigError, MissingColumnError, NotFittedError, SchemaError
+from sparktrain.errors import ConfigError, DataError, MissingColumnError, NotFittedError, SchemaError
 from sparktrain.train._executor.spec import InputSpec
 from sparktrain.train.params import _ModelParams
 
@@ -99,9 +99,16 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
                               f"them, or set the output column Params to other names ('' adds no column)")
         inputs = self.inputs if decode else replace(self.inputs, classes=())
         prepared, sources = scoring_frame(dataset, inputs)
+        # mapInArrow resolves every column by name, and a name with a dot reads as a struct field: the function
+        # sees positional names, and writes the DataFrame's own names back
+        safe = [f"__sparktrain_c{i}" for i in range(len(prepared.columns))]
+        renamed = dict(zip(prepared.columns, safe))
+        sources = {c: renamed[sources.get(c, c)] for c in inputs.columns}
         fn = make_scoring_function(self.framework, self.model_bytes, inputs, self.getPredictionCol(),
                                    self.getProbabilityCol(), raw_col=self.getRawPredictionCol(), sources=sources,
-                                   keep=len(dataset.columns))
+                                   keep=len(dataset.columns), handle_invalid=self.getHandleInvalid(),
+                                   names=list(dataset.columns))
+        prepared = prepared.toDF(*safe)
         out = self.copy()
         out.inputs = inputs
         return prepared.mapInArrow(fn, out._output_schema(dataset))
@@ -162,12 +169,18 @@ def scoring_frame(df: Any, inputs: InputSpec) -> Tuple[Any, Dict[str, str]]:
 
 def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec, prediction_col: str,
                           probability_col: str, raw_col: str = "", sources: Optional[Dict[str, str]] = None,
-                          keep: Optional[int] = None):
+                          keep: Optional[int] = None, handle_invalid: str = "error",
+                          names: Optional[List[str]] = None):
     """The ``mapInArrow`` function; it captures bytes and plain values only.
 
     ``sources`` maps an input to the column holding it (:func:`scoring_frame`);
     only the first ``keep`` columns of each batch are passed through (the
-    converted ones are not).
+    converted ones are not), named ``names`` when given (else as in the
+    batch).  A row with a null, NaN or infinite input
+    (:func:`~sparktrain.train._executor.batches.invalid_rows`) raises a
+    :class:`~sparktrain.errors.DataError` naming the columns
+    (``handle_invalid='error'``), is dropped (``'skip'``) or gets null outputs
+    (``'keep'``).
     """
     from sparktrain.train._executor.predict import digest
     key = digest(model_bytes)
@@ -177,36 +190,71 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
     def score(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
+        import numpy as np
+
         from sparktrain.data.arrays import column_to_numpy
-        from sparktrain.train._executor.batches import scoring_arrays
+        from sparktrain.train._executor.batches import invalid_rows, scoring_arrays
         from sparktrain.train._executor.keras_model import to_prediction_np
         from sparktrain.train._executor.predict import get_predictor, to_outputs
 
         logits_of = get_predictor(framework, model_bytes, inputs, key, raw=True)
+        pred_type = pa.string() if inputs.prediction_type == "string" else pa.float64()
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            arrays = {}
-            for c in inputs.columns:
-                col = batch.column(sources.get(c, c))
-                arrays[c] = column_to_numpy(c, col) if c in blocks else col.to_numpy(zero_copy_only=False)
-            logits = logits_of(*scoring_arrays(arrays, inputs))
-            out = to_outputs(to_prediction_np(logits, inputs.task), inputs, raw=logits)
-            n = batch.num_columns if keep is None else keep
-            cols = [batch.column(i) for i in range(n)]
-            names = list(batch.schema.names)[:n]
-            cols.append(pa.array(out["prediction"], type=pa.string() if inputs.prediction_type == "string"
-                                 else pa.float64()))
-            names.append(prediction_col)
+            valid = None
+            bad = invalid_rows(batch, inputs, sources)
+            if bad:
+                if handle_invalid == "error":
+                    named = ", ".join(f"'{c}' ({int(m.sum()):,} row(s))" for c, m in bad.items())
+                    raise DataError(f"input column(s) {named} of a batch of {batch.num_rows:,} rows to score hold "
+                                    f"nulls, NaN or infinite values. Fix: fill them in Spark (Imputer, "
+                                    f"df.na.fill), or set handleInvalid on the model: 'skip' leaves those rows "
+                                    f"out, 'keep' scores them as null")
+                valid = ~np.logical_or.reduce(list(bad.values()))
+                scored = batch.filter(pa.array(valid))
+            else:
+                scored = batch
+            out: Dict[str, Any] = {}
+            if scored.num_rows:
+                arrays = {}
+                for c in inputs.columns:
+                    col = scored.column(sources.get(c, c))
+                    arrays[c] = column_to_numpy(c, col) if c in blocks else col.to_numpy(zero_copy_only=False)
+                logits = logits_of(*scoring_arrays(arrays, inputs))
+                out = to_outputs(to_prediction_np(logits, inputs.task), inputs, raw=logits)
+            elif handle_invalid == "skip":
+                continue
+            rows = batch if handle_invalid == "keep" else scored  # 'keep': every row, null outputs where invalid
+            spread = valid if rows is batch else None  # 'keep' with invalid rows: null outputs there
+            n = rows.num_columns if keep is None else keep
+            cols = [rows.column(i) for i in range(n)]
+            out_names = list(names if names is not None else rows.schema.names)[:n]
+            cols.append(_output_column(out.get("prediction", []), pred_type, pred_type, spread))
+            out_names.append(prediction_col)
             if inputs.task != "regression":
+                per_class = pa.float64() if inputs.task == "binary" else pa.list_(pa.float64())
                 for name, col_name in (("probability", probability_col), ("rawPrediction", raw_col)):
                     if col_name:
-                        values = out[name]
-                        cols.append(pa.array(values if inputs.task == "binary" else list(values)))  # type: ignore
-                        names.append(col_name)
-            yield pa.RecordBatch.from_arrays(cols, names=names)
+                        cols.append(_output_column(out.get(name, []), per_class, None, spread))
+                        out_names.append(col_name)
+            yield pa.RecordBatch.from_arrays(cols, names=out_names)
 
     return score
+
+
+def _output_column(values: Any, type_: Any, fast_type: Any, valid: Any) -> Any:
+    """An Arrow output column: ``values`` (one per scored row) as they are, or, with a ``valid`` row mask,
+    spread over the batch's rows with nulls where ``valid`` is false (``handleInvalid='keep'``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if valid is None:
+        return pa.array(values if getattr(values, "ndim", 1) == 1 else list(values), type=fast_type)
+    full: List[Any] = [None] * len(valid)
+    for i, v in zip(np.flatnonzero(valid), values):
+        full[i] = v.tolist() if hasattr(v, "tolist") else v
+    return pa.array(full, type=type_)
 
 
 class TorchModel(_DistributedModel):

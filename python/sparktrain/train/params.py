@@ -69,6 +69,19 @@ def _features_col(value: Any) -> str:
     return v
 
 
+#: ``handleInvalid`` values (Spark ML's Param of the name, as on VectorAssembler and StringIndexer)
+HANDLE_INVALID = ("error", "skip", "keep")
+
+
+def _handle_invalid(value: Any) -> str:
+    v = TypeConverters.toString(value)
+    if v not in HANDLE_INVALID:
+        raise ConfigError("handleInvalid", value, f"use one of {', '.join(HANDLE_INVALID)}: 'error' refuses rows "
+                                                  "with a null, NaN or infinite input, 'skip' leaves them out, "
+                                                  "'keep' scores them as null (fit() leaves them out)")
+    return v
+
+
 class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol):
     """Params a fitted model needs to score.
 
@@ -87,6 +100,11 @@ class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredi
     categoricalCols: "Param[List[str]]" = Param(
         Params._dummy(), "categoricalCols", "int index input columns for embeddings (default: inferred)",
         TypeConverters.toListString)
+    handleInvalid: "Param[str]" = Param(
+        Params._dummy(), "handleInvalid",
+        "rows with a null, NaN or infinite input: 'error' (default) refuses them naming the columns, 'skip' "
+        "leaves them out (fit and transform), 'keep' leaves them out of fit and scores them as null",
+        _handle_invalid)
     runId: "Param[str]" = Param(
         Params._dummy(), "runId",
         "training run id. On an estimator: unset (each fit() is a new run) or set to resume that run; "
@@ -95,7 +113,7 @@ class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredi
     def __init__(self) -> None:
         super().__init__()
         self._setDefault(labelCol="label", predictionCol="prediction", probabilityCol="probability",
-                         rawPredictionCol="rawPrediction")
+                         rawPredictionCol="rawPrediction", handleInvalid="error")
 
     def getFeaturesCol(self) -> Optional[str]:
         """The vector or array input column; None when unset (inputs are inferred)."""
@@ -108,6 +126,14 @@ class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredi
     def getCategoricalCols(self) -> List[str]:
         """The int index input columns."""
         return self.getOrDefault(self.categoricalCols)
+
+    def getHandleInvalid(self) -> str:
+        """What rows with a null, NaN or infinite input get: ``error``, ``skip`` or ``keep``."""
+        return self.getOrDefault(self.handleInvalid)
+
+    def setHandleInvalid(self, value: str) -> Any:
+        """Set ``handleInvalid`` (``error``, ``skip`` or ``keep``); returns self."""
+        return self._set(handleInvalid=value)
 
     def getRunId(self) -> str:
         """The run id (raises if unset, as Spark's getters do)."""

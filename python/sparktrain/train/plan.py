@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sparktrain._internal.secrets import mask_strings
 from sparktrain.data.run_store import RUN_FILE, RunStore
-from sparktrain.errors import MissingColumnError, RunMismatchError
+from sparktrain.errors import ConfigError, DataError, MissingColumnError, RunMismatchError
 from sparktrain.features._sql import quote
 from sparktrain.features.label import LabelDecision
 from sparktrain.train._executor.spec import InputSpec, WorkerSpec
@@ -204,6 +204,9 @@ def check_label(df: Any, label: str) -> str:
     """
     from sparktrain.features.label import label_kind
 
+    if not isinstance(label, str) or not label:
+        raise ConfigError("labelCol", label, "name the DataFrame's label column, e.g. labelCol='label' "
+                                             f"(columns: {', '.join(df.columns[:20])})")
     if label not in df.columns:
         raise MissingColumnError(label, df.columns, where="the DataFrame passed to fit() (labelCol)")
     name = df.schema[label].dataType.simpleString()
@@ -238,18 +241,23 @@ def label_meta(decision: LabelDecision) -> Dict[str, Any]:
     return entry
 
 
-def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = ()) -> Dict[str, Any]:
+def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = (), numeric: Sequence[str] = (),
+                          categorical: Sequence[str] = (), handle_invalid: str = "error") -> Dict[str, Any]:
     """Content hash of a DataFrame (order-independent), in one aggregation job.
 
     Also counts null labels, and whether a float label holds only 0.0 and 1.0
     (``label_is_01``).  Call it after :func:`dataframe_label`, which refuses a
     label that cannot be trained on.  The same job checks the float blocks
-    ``blocks`` (:func:`sparktrain.train.frame.check_blocks`, which raises
-    before anything is written); their widths come back under ``widths``.
+    ``blocks`` (:func:`sparktrain.train.frame.check_blocks`) and the values of
+    the ``numeric`` and ``categorical`` inputs
+    (:func:`sparktrain.train.frame.check_values`), which raise before anything
+    is written; the widths come back under ``widths``, and with
+    ``handle_invalid`` ``skip`` or ``keep`` the labelled rows with an invalid
+    input under ``invalid_rows`` (per column under ``invalid``).
     """
     from pyspark.sql import functions as F
 
-    from sparktrain.train.frame import block_aggregates, check_blocks
+    from sparktrain.train.frame import block_aggregates, check_blocks, check_values, value_aggregates
 
     y = F.col(quote(label))
     is_float = df.schema[label].dataType.simpleString() in ("float", "double")
@@ -258,13 +266,24 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = ()) -> Di
             F.sum(y.isNull().cast("long")).alias("null_labels")]
     if is_float:
         aggs.append(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("not_01"))
-    row = df.agg(*aggs, *block_aggregates(blocks)).first().asDict()
+    row = df.agg(*aggs, *block_aggregates(blocks), *value_aggregates(numeric, categorical, blocks, label)
+                 ).first().asDict()
     out: Dict[str, Any] = {"rows": int(row["rows"]), "null_labels": int(row["null_labels"] or 0),
                            "hash": str(row["hash"]), "schema": df.schema.simpleString()}
     if is_float:
         out["label_is_01"] = not int(row["not_01"] or 0)
     if blocks:
-        out["widths"] = check_blocks(row, blocks, out["rows"])
+        out["widths"] = check_blocks(row, blocks, out["rows"], handle_invalid)
+    invalid = check_values(row, numeric, categorical, out["rows"], handle_invalid)
+    if handle_invalid != "error":
+        out["invalid_rows"] = int(row.get("__invalid_rows") or 0)
+        out["invalid"] = invalid
+    usable = out["rows"] - out["null_labels"] - out.get("invalid_rows", 0)
+    if usable <= 0:
+        raise DataError(f"no row of the DataFrame passed to fit() can be trained on: {out['rows']:,} row(s), "
+                        f"{out['null_labels']:,} with a null label '{label}', {out.get('invalid_rows', 0):,} with "
+                        f"a null, NaN or infinite input (handleInvalid='{handle_invalid}'). Fix: pass labelled "
+                        f"rows with values in the input columns")
     return out
 
 
@@ -332,7 +351,9 @@ def _label_is_01_arrow(train_path: str, label: str) -> bool:
 
 
 def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: float, null_labels: int,
-                          seed: int, labels: Optional[List[str]] = None) -> Tuple[str, Optional[str]]:
+                          seed: int, labels: Optional[List[str]] = None, invalid: Any = None,
+                          invalid_rows: int = 0, invalid_cols: Optional[Dict[str, int]] = None
+                          ) -> Tuple[str, Optional[str]]:
     """Write ``df`` (labelled rows) as ``<root>/train`` and ``<root>/validation`` through the store's filesystem.
 
     Parameters
@@ -352,6 +373,14 @@ def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: f
     labels : list of str, optional
         The encoding's ``labels`` (:class:`~sparktrain.features.label.LabelEncoding`): the label is
         indexed (or cast) as preprocess does; None keeps it as it is.
+    invalid : Column, optional
+        True for a row with a null, NaN or infinite input
+        (:func:`sparktrain.train.frame.invalid_row`); those rows are left out
+        (``handleInvalid`` ``skip`` or ``keep``), ``invalid_rows`` of them
+        (per column: ``invalid_cols``), with a warning.
+
+    Raises :class:`DataError` when the train or validation split comes out
+    empty (too few rows for ``validation_fraction``); nothing is committed then.
 
     The split is :func:`sparktrain.features.split.split_case` over every
     column, the expression preprocess uses: deterministic for the same rows
@@ -369,16 +398,29 @@ def materialize_dataframe(df: Any, root: str, label: str, validation_fraction: f
     if null_labels:
         log.warning("fit(): %d row(s) with a null label '%s' left out of training", null_labels, label)
         df = df.where(F.col(quote(label)).isNotNull())
+    if invalid is not None and invalid_rows:
+        named = ", ".join(f"{c} ({n:,})" for c, n in (invalid_cols or {}).items())
+        log.warning("fit(): %d row(s) with a null, NaN or infinite input left out of training (handleInvalid)%s",
+                    invalid_rows, f": {named}" if named else "")
+        df = df.where(~invalid)
     split_col = f"{INTERNAL_PREFIX}split"
     expr = split_case(seed, df.columns, [("train", 1.0 - validation_fraction), ("validation", validation_fraction)])
     tagged = df.withColumn(split_col, F.expr(expr))
     if labels is not None:
         tagged = model_for(labels, label).transform(tagged)
     with Generation(root, "the run's data folder", overwrite=False) as gen:  # no directory is renamed
-        write_parquet(tagged.where(F.col(split_col) == "train").drop(split_col), _fs.join(gen.uri, "train"))
+        written = {"train": write_parquet(tagged.where(F.col(split_col) == "train").drop(split_col),
+                                          _fs.join(gen.uri, "train"))}
         if validation_fraction > 0:
-            write_parquet(tagged.where(F.col(split_col) == "validation").drop(split_col),
-                          _fs.join(gen.uri, "validation"))
+            written["validation"] = write_parquet(tagged.where(F.col(split_col) == "validation").drop(split_col),
+                                                  _fs.join(gen.uri, "validation"))
+        counts = {k: int(m.get("num_rows", 0)) for k, m in written.items()}
+        empty = [k for k, n in counts.items() if n == 0]
+        if empty:  # found here, not in the workers after the launch; the generation is never committed
+            raise DataError(f"the {' and '.join(empty)} split of the DataFrame passed to fit() came out empty "
+                            f"({counts.get('train', 0):,} train / {counts.get('validation', 0):,} validation "
+                            f"rows with validationFraction={validation_fraction}). Fix: pass more rows, or set "
+                            f"validationFraction=0 to train without a validation split")
         gen.commit({"kind": "fit-dataframe"})
     val = _fs.join(gen.uri, "validation")
     return _fs.join(gen.uri, "train"), (val if validation_fraction > 0 else None)

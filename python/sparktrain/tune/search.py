@@ -30,7 +30,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from sparktrain._internal import spark_compat
 from sparktrain.config import JobConfig, TuneConfig
@@ -40,11 +40,34 @@ from sparktrain.tune._channel import open_channel
 from sparktrain.tune._engines import check_pruning, check_sampler, make_engine
 from sparktrain.tune._loop import Listener, SearchLoop
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, SearchResult, TrialRecord, format_trials, goal_of
-from sparktrain.tune.space import compile_space, describe
+from sparktrain.tune.space import CompiledSpace, compile_space, describe
 
 log = logging.getLogger(__name__)
 
 Objective = Callable[[Dict[str, Any]], Any]
+
+
+def check_search(cfg: JobConfig, objective: bool = False) -> Tuple[CompiledSpace, str]:
+    """``(compiled space, goal)`` of ``cfg.tune``, checked without Spark: the space, the metric, the pruner
+    against ``max_trials`` and epochs, the sampler against the space.
+
+    :func:`sparktrain.job.run_job` calls it before any stage runs, so a bad
+    ``tune:`` section fails before profile, preprocess and train, not after them.
+
+    Raises
+    ------
+    ConfigError
+        No ``tune:`` section, or one the search would refuse (the key, the value and the fix).
+    """
+    if cfg.tune is None:
+        raise ConfigError("tune", None, "add a tune: section with at least a space:, e.g. "
+                                        "{space: {learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}}")
+    tune: TuneConfig = cfg.tune
+    space = compile_space(tune.space)
+    goal = goal_of(tune.metric)
+    check_pruning(tune, cfg, space, objective=objective)
+    check_sampler(tune, space)
+    return space, goal
 
 
 def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id: Optional[str] = None,
@@ -91,14 +114,8 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     ConfigError, PreflightError
         Before any trial runs, for a bad space, metric or cluster.
     """
-    if cfg.tune is None:
-        raise ConfigError("tune", None, "add a tune: section with at least a space:, e.g. "
-                                        "{space: {learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}}")
-    tune: TuneConfig = cfg.tune
-    space = compile_space(tune.space)
-    goal = goal_of(tune.metric)
-    check_pruning(tune, cfg, space, objective=objective is not None)
-    check_sampler(tune, space)
+    space, goal = check_search(cfg, objective=objective is not None)
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # check_search refuses None
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
     mode = "objective" if objective is not None else tune.mode
     tracker = None

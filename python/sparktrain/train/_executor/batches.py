@@ -6,7 +6,7 @@ exactly the rows it has not seen yet, in the order a fresh run would have.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, Tuple
 
 import numpy as np
 
@@ -70,6 +70,37 @@ def epoch_batches(path: str, inputs: InputSpec, batch_size: int, rank: int, worl
                 yield to_arrays(batch, inputs)
 
     return steps, gen()
+
+
+def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict[str, np.ndarray]:
+    """``{input: boolean mask}`` of the rows of an Arrow ``batch`` where that input is null, NaN or infinite.
+
+    Only inputs with such a row are in the result.  Float blocks count a null
+    or empty row, or a NaN or infinite element; ``sources`` maps an input to
+    the column that holds it (converted in Spark, see
+    :func:`sparktrain.train.model.scoring_frame`).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out: Dict[str, np.ndarray] = {}
+    blocks = {c for c, _ in inputs.vectors}
+    for c in [*inputs.numeric, *blocks, *(c for c, _ in inputs.categorical)]:
+        col = batch.column(sources.get(c, c))
+        bad = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if c in blocks and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+            bad |= np.asarray(pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)) == 0
+            flat = pc.list_flatten(col)
+            if pa.types.is_floating(flat.type) and len(flat):
+                parents = np.asarray(pc.list_parent_indices(col).to_numpy(zero_copy_only=False))
+                values = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float64)
+                bad[parents[~np.isfinite(values)]] = True
+        elif pa.types.is_floating(col.type):
+            values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+            bad |= ~np.isfinite(values)
+        if bad.any():
+            out[c] = bad
+    return out
 
 
 def scoring_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Tuple[np.ndarray, np.ndarray]:

@@ -240,11 +240,15 @@ class Loop:
             self.beat.set_phase("collective")
             train_time = time.perf_counter() - t0
             adapter.sync_state()
-            metrics = M.finalize(self.allreduce(train_state), task, prefix="train_")
+            summed = self.allreduce(train_state)
+            metrics = M.finalize(summed, task, prefix="train_")
             if spec.val_path:
                 metrics.update(self.validate(adapter, spec.val_path))
             waited, self._waited = self._waited, 0.0
-            metrics["samples_per_s"] = (steps - first) * self.batch * ctx.world_size / max(train_time, 1e-9)
+            # rows trained on all ranks (a batch larger than the shard holds fewer than batch rows); an epoch
+            # resumed mid-way counts the steps it ran here, its restored sums hold the rows before the resume too
+            trained = float(summed[1]) if first == 0 else (steps - first) * self.batch * ctx.world_size
+            metrics["samples_per_s"] = trained / max(train_time, 1e-9)
             metrics["input_wait_share"] = waited / max(train_time, 1e-9)  # rank 0's share of the epoch spent reading
             metrics["epoch_time_s"] = time.perf_counter() - t0
             history.append({"epoch": epoch, **metrics})

@@ -1,0 +1,116 @@
+"""Rows a network cannot use: nulls, NaN and infinities in the inputs (``handleInvalid``), and other bad input.
+
+Real Spark and torch.  A user's table with a string label, nulls in number,
+boolean and integer columns, no id column and a dotted column name: refused by
+name before anything is written (``handleInvalid='error'``, the default), or
+left out of training (``'skip'``, ``'keep'``); at scoring, refused, dropped or
+scored as null.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sparktrain.errors import ConfigError, DataError, MissingColumnError, OutputOverlapError
+
+ROWS = 1200
+
+
+def _est(tmp_path, **kw):
+    from sparktrain.train.estimator import TorchEstimator
+
+    params = dict(numWorkers=1, epochs=4, batchSize=64, learningRate=0.03, hiddenUnits=[16],
+                  store=str(tmp_path / "store"), labelCol="grade")
+    params.update(kw)
+    est = TorchEstimator(**params)
+    est.show_progress = False
+    return est
+
+
+@pytest.fixture(scope="module")
+def holes(spark):
+    """``grade`` ('high'/'low') = x + y > 0; nulls in ``x`` (double), ``on`` (boolean), ``k`` (int), NaN in ``m.y``.
+
+    No id column; the dotted ``m.y`` is an input like any other.
+    """
+    from pyspark.sql import functions as F
+
+    i = F.col("id")
+    df = spark.range(ROWS).select(
+        i, (F.rand(1) * 2 - 1).alias("x"), (F.rand(2) * 2 - 1).alias("m.y"), (F.rand(3) > 0.5).alias("on"),
+        (i % 3).cast("int").alias("k"))
+    df = df.withColumn("grade", F.when(F.col("x") + F.col("`m.y`") > 0, "high").otherwise("low"))
+    df = (df.withColumn("x", F.when(i % 40 == 1, None).otherwise(F.col("x")))
+            .withColumn("on", F.when(i % 50 == 2, None).otherwise(F.col("on")))
+            .withColumn("k", F.when(i % 60 == 3, None).otherwise(F.col("k")))
+            .withColumn("m.y", F.when(i % 100 == 4, float("nan")).otherwise(F.col("`m.y`"))))
+    return df.drop("id").cache()
+
+
+BAD_ROWS = {"x": ROWS // 40, "on": ROWS // 50, "k": ROWS // 60, "m.y": ROWS // 100}  # ids i % n == r: disjoint
+
+
+def test_nulls_and_nan_in_any_input_are_refused_by_name_before_anything_is_written(holes, tmp_path):
+    with pytest.raises(DataError) as info:
+        _est(tmp_path).fit(holes)
+    text = str(info.value)
+    for col, n in BAD_ROWS.items():
+        assert f"'{col}' ({n:,} of {ROWS:,} rows)" in text, text
+    assert "handleInvalid='skip'" in text and "Imputer" in text and "excludeCols" in text
+    store = tmp_path / "store"
+    assert not store.exists() or not any(p.is_file() and "data" in p.parts for p in store.rglob("*"))
+
+
+@pytest.mark.torch
+def test_skip_trains_on_the_valid_rows_and_scoring_refuses_skips_or_keeps_invalid_rows(spark, holes, tmp_path):
+    from pyspark.sql import functions as F
+
+    valid = ROWS - sum(BAD_ROWS.values())
+    est = _est(tmp_path, handleInvalid="skip")
+    plan = est.plan(holes)
+    written = spark.read.parquet(plan.train_path).count() + spark.read.parquet(plan.val_path).count()
+    assert written == valid
+    model = est.fit(holes)
+    assert model.getHandleInvalid() == "skip"  # copied from the estimator, as Spark ML's Params are
+    assert all(np.isfinite(h["train_loss"]) and np.isfinite(h["val_loss"]) for h in model.history)
+    assert model.labels == ["high", "low"] or model.labels == ["low", "high"]
+
+    skipped = model.transform(holes).cache()  # the dotted input column is read like any other
+    assert skipped.count() == valid
+    acc = skipped.where(F.col("prediction") == F.col("grade")).count() / valid
+    assert acc > 0.85, acc  # a linear rule on x and m.y
+    kept = model.setHandleInvalid("keep").transform(holes).cache()
+    assert kept.count() == ROWS and kept.columns == [*holes.columns, "prediction", "probability", "rawPrediction"]
+    bad = (F.col("x").isNull() | F.col("on").isNull() | F.col("k").isNull() | F.isnan(F.col("`m.y`")))
+    assert kept.where(bad & F.col("prediction").isNull() & F.col("probability").isNull()).count() == \
+        sum(BAD_ROWS.values())
+    assert kept.where(~bad & F.col("prediction").isNotNull()).count() == valid
+    same = kept.where(~bad).select("prediction").toPandas()["prediction"].tolist()
+    assert same == skipped.select("prediction").toPandas()["prediction"].tolist()  # same rows, same order
+    with pytest.raises(Exception, match=r"input column\(s\) 'x' \(\d+ row\(s\)\).*handleInvalid"):
+        model.setHandleInvalid("error").transform(holes).collect()
+    assert model.transform(holes.where(~bad)).count() == valid  # 'error' scores clean rows
+
+
+def test_bad_parameters_and_tiny_inputs_get_named_errors(spark, holes, tmp_path):
+    from sparktrain.train.estimator import TorchEstimator
+
+    from pyspark.sql import functions as F
+
+    clean = holes.where(F.col("x").isNotNull() & F.col("on").isNotNull() & F.col("k").isNotNull()).limit(30).cache()
+    with pytest.raises(DataError, match=r"(train|validation) split of the DataFrame passed to fit\(\) came out "
+                                        r"empty .*validationFraction=0"):
+        _est(tmp_path, excludeCols=["m.y"], validationFraction=0.001).fit(clean)  # 30 rows: none drawn
+    with pytest.raises(MissingColumnError, match=r"column 'idd' is not in the DataFrame passed to fit\(\) "
+                                                 r"\(excludeCols\)"):
+        _est(tmp_path, excludeCols=["idd"]).plan(holes)
+    with pytest.raises(ConfigError, match=r"labelCol.*None.*name the DataFrame's label column"):
+        TorchEstimator(labelCol=None, store=str(tmp_path / "s2")).plan(holes)  # type: ignore[arg-type]
+    a_file = tmp_path / "store-file"
+    a_file.write_text("not a folder")
+    with pytest.raises(OutputOverlapError, match=r"is a file, not a folder"):
+        _est(tmp_path, store=str(a_file / "runs")).plan(holes)
+    assert a_file.read_text() == "not a folder"
+    with pytest.raises(ConfigError, match=r"handleInvalid.*'drop'.*error, skip, keep"):
+        _est(tmp_path, handleInvalid="drop")
