@@ -262,6 +262,35 @@ def test_champion_moves_only_to_a_better_version(tracking_uri):
         check_model_uri(client, "models:/unit-model/9")
 
 
+def test_a_champion_that_predicts_another_target_is_replaced_not_compared(tracking_uri, caplog):
+    """A rerun with a redefined label (other classes, or another label column) under the same model name."""
+    from mlflow import MlflowClient
+
+    from sparktrain.train._executor.spec import InputSpec
+    from sparktrain.track.registry import score_basis, set_champion_if_better
+
+    def basis(label, classes):
+        return score_basis(InputSpec(numeric=("x",), categorical=(), label=label, task="multiclass",
+                                     num_classes=len(classes), classes=tuple(classes)))
+
+    grapes, colours = basis("wine", ["barbera", "barolo", "grignolino"]), basis("wine", ["deep", "medium", "pale"])
+    client = MlflowClient(tracking_uri, tracking_uri)
+    client.create_registered_model("relabelled")
+    exp = client.create_experiment("relabel")
+    v = [int(client.create_model_version("relabelled", f"file:///tmp/r{i}", client.create_run(exp).info.run_id
+                                         ).version) for i in range(4)]
+    assert set_champion_if_better(client, "relabelled", v[0], "test_accuracy", 0.99, basis=grapes) is True
+    assert set_champion_if_better(client, "relabelled", v[1], "test_accuracy", 0.95, basis=grapes) is False
+    with caplog.at_level("WARNING", logger="sparktrain.track.registry"):
+        assert set_champion_if_better(client, "relabelled", v[2], "test_accuracy", 0.83, basis=colours) is True
+    assert int(client.get_model_version_by_alias("relabelled", "champion").version) == v[2]
+    assert any("predicts another target" in r.getMessage() and "barolo" in r.getMessage() for r in caplog.records)
+    assert client.get_model_version("relabelled", str(v[2])).tags["sparktrain.score_basis"] == colours
+    # the same target again: compared as before
+    assert set_champion_if_better(client, "relabelled", v[3], "test_accuracy", 0.80, basis=colours) is False
+    assert int(client.get_model_version_by_alias("relabelled", "champion").version) == v[2]
+
+
 def test_score_of_prefers_test_metrics():
     from sparktrain.track.registry import score_of
 

@@ -27,7 +27,7 @@ API (what :func:`sparktrain.job.run_job` uses, and what tuning builds on)
     ``parent_run_id``), registers it under ``cfg.tracking.model_name`` and
     calls ``set_champion_if_better``; returns a ``RegisteredVersion``
     (``.version``, ``.model_uri``, ``.champion``...).
-``set_champion_if_better(client, name, version, metric, score, higher_is_better=True)``
+``set_champion_if_better(client, name, version, metric, score, higher_is_better=True, basis=None)``
     Moves alias ``champion`` to ``version`` when it strictly beats the current one.
 ``MlflowServer`` / ``serve_forever``
     A real ``mlflow server`` on 127.0.0.1 (tests; ``sparktrain mlflow-server``).

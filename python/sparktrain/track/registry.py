@@ -109,27 +109,48 @@ def check_model_uri(client: Any, model_uri: str) -> None:
                                  f"{', '.join(map(str, versions)) or 'none'})")
 
 
+def score_basis(inputs: Any) -> str:
+    """What a version's score measures: its label column, task and classes (JSON), from its ``InputSpec``.
+
+    Two versions with different bases predict different targets, so their
+    test metrics do not rank them (a redefined label with the same model name).
+    """
+    import json
+
+    return json.dumps({"label": inputs.label, "task": inputs.task, "classes": [str(c) for c in inputs.classes]},
+                      sort_keys=True)
+
+
 def set_champion_if_better(client: Any, name: str, version: int, metric: Optional[str], score: Optional[float],
-                           higher_is_better: bool = True, alias: str = CHAMPION) -> bool:
+                           higher_is_better: bool = True, alias: str = CHAMPION, basis: Optional[str] = None) -> bool:
     """Point ``alias`` at ``version`` when it beats the current holder; returns whether it moved.
 
-    The version's score is written to its tags first, so later versions can
-    compare against it.
+    The version's score (and ``basis``, :func:`score_basis`) is written to its
+    tags first, so later versions can compare against it.  A holder whose
+    basis differs predicts another target: its score does not count, and
+    ``version`` takes the alias with a warning naming both.
     """
     from mlflow.exceptions import MlflowException
 
+    tags = {"sparktrain.score_basis": basis} if basis is not None else {}
     if metric is not None and score is not None:
-        for k, v in {"sparktrain.score_metric": metric, "sparktrain.score": repr(float(score)),
-                     "sparktrain.higher_is_better": str(bool(higher_is_better)).lower()}.items():
-            client.set_model_version_tag(name, str(version), k, v)
+        tags.update({"sparktrain.score_metric": metric, "sparktrain.score": repr(float(score)),
+                     "sparktrain.higher_is_better": str(bool(higher_is_better)).lower()})
+    for k, v in tags.items():
+        client.set_model_version_tag(name, str(version), k, v)
     try:
         current = client.get_model_version_by_alias(name, alias)
     except MlflowException:
         current = None
+    theirs_basis = dict(current.tags or {}).get("sparktrain.score_basis") if current is not None else None
     if current is None:
         reason = "no current champion"
     elif int(current.version) == int(version):
         return True
+    elif basis is not None and theirs_basis is not None and theirs_basis != basis:
+        reason = f"v{current.version} predicts another target ({theirs_basis}; v{version}: {basis}), so its scores " \
+                 f"do not compare"
+        log.warning("%s of %s: %s; moving it to v%s", alias, name, reason, version)
     elif score is None:
         log.info("keeping %s on %s v%s: v%s has no score", alias, name, current.version, version)
         return False
@@ -219,7 +240,8 @@ def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[
         mv = mlflow.register_model(info.model_uri, name, tags={"sparktrain.run_id": target})
         version = int(mv.version)
         uri = f"models:/{name}/{version}"
-        champion = set_champion_if_better(client, name, version, metric, score, higher)
+        champion = set_champion_if_better(client, name, version, metric, score, higher,
+                                          basis=score_basis(model.inputs))
     if own_run:
         client.set_terminated(target)
     return RegisteredVersion(name=name, version=version, model_uri=uri, logged_model_uri=info.model_uri,

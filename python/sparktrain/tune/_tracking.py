@@ -189,7 +189,8 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
         ``tracking.register`` is off).
     """
     from sparktrain.track.lineage import log_dataset_inputs
-    from sparktrain.track.registry import log_model_and_register, score_of, set_champion_if_better
+    from sparktrain.track.registry import (log_model_and_register, score_basis, score_of,
+                                           set_champion_if_better)
 
     log_dataset_inputs(tracker.client, [tracker.parent_run_id, run_id], dataset_path, name=cfg.name)
     from sparktrain.data.commit import resolve
@@ -217,7 +218,7 @@ def register_best(spark, tracker: TrialTracker, cfg: Any, model: Any, dataset_pa
     version = int(client.create_model_version(name, source=source, run_id=run_id,
                                               tags={"sparktrain.run_id": run_id}).version)
     metric, score, higher = score_of(model.inputs.task, metrics, model.history)
-    moved = set_champion_if_better(client, name, version, metric, score, higher)
+    moved = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs))
     return str(version), moved
 
 
