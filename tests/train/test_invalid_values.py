@@ -91,6 +91,9 @@ def test_skip_trains_on_the_valid_rows_and_scoring_refuses_skips_or_keeps_invali
     with pytest.raises(Exception, match=r"input column\(s\) 'x' \(\d+ row\(s\)\).*handleInvalid"):
         model.setHandleInvalid("error").transform(holes).collect()
     assert model.transform(holes.where(~bad)).count() == valid  # 'error' scores clean rows
+    unseen = holes.where(~bad).withColumn("k", F.lit(7))  # trained on k in 0..2: no embedding row for 7
+    with pytest.raises(Exception, match=r"'k' \(\d+ row\(s\)\).*'k' takes 0 \.\. 2"):
+        model.transform(unseen).collect()
 
 
 def test_bad_parameters_and_tiny_inputs_get_named_errors(spark, holes, tmp_path):

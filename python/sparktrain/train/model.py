@@ -186,6 +186,7 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
     key = digest(model_bytes)
     sources = dict(sources or {})
     blocks = {c for c, _ in inputs.vectors} | {b[0] for b in inputs.bags}  # array columns: 2-D arrays
+    cards_text = ", ".join(f"'{c}' takes 0 .. {n - 1}" for c, n in inputs.categorical) or "no categorical input"
 
     def score(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -208,9 +209,10 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
                 if handle_invalid == "error":
                     named = ", ".join(f"'{c}' ({int(m.sum()):,} row(s))" for c, m in bad.items())
                     raise DataError(f"input column(s) {named} of a batch of {batch.num_rows:,} rows to score hold "
-                                    f"nulls, NaN or infinite values. Fix: fill them in Spark (Imputer, "
-                                    f"df.na.fill), or set handleInvalid on the model: 'skip' leaves those rows "
-                                    f"out, 'keep' scores them as null")
+                                    f"nulls, NaN or infinite values, or indices the model has no embedding row "
+                                    f"for ({cards_text}). Fix: fill them in Spark (Imputer, df.na.fill), or set "
+                                    f"handleInvalid on the model: 'skip' leaves those rows out, 'keep' scores "
+                                    f"them as null")
                 valid = ~np.logical_or.reduce(list(bad.values()))
                 scored = batch.filter(pa.array(valid))
             else:

@@ -75,7 +75,9 @@ def epoch_batches(path: str, inputs: InputSpec, batch_size: int, rank: int, worl
 def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict[str, np.ndarray]:
     """``{input: boolean mask}`` of the rows of an Arrow ``batch`` where that input is null, NaN or infinite.
 
-    Only inputs with such a row are in the result.  Float blocks count a null
+    Only inputs with such a row are in the result.  A categorical index
+    outside ``0 .. cardinality - 1`` counts too (the model has no embedding
+    row for it; it used to be clamped to the last one).  Float blocks count a null
     or empty row, or a NaN or infinite element; ``sources`` maps an input to
     the column that holds it (converted in Spark, see
     :func:`sparktrain.train.model.scoring_frame`).
@@ -85,9 +87,14 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
 
     out: Dict[str, np.ndarray] = {}
     blocks = {c for c, _ in inputs.vectors}
-    for c in [*inputs.numeric, *blocks, *(c for c, _ in inputs.categorical)]:
+    cards = dict(inputs.categorical)
+    for c in [*inputs.numeric, *blocks, *cards]:
         col = batch.column(sources.get(c, c))
         bad = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if c in cards:  # an index with no embedding row (unseen in training, or negative) is not clamped
+            values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                bad |= (values < 0) | (values >= cards[c])
         if c in blocks and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
             bad |= np.asarray(pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)) == 0
             flat = pc.list_flatten(col)
