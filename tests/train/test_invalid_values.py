@@ -117,3 +117,15 @@ def test_bad_parameters_and_tiny_inputs_get_named_errors(spark, holes, tmp_path)
     assert a_file.read_text() == "not a folder"
     with pytest.raises(ConfigError, match=r"handleInvalid.*'drop'.*error, skip, keep"):
         _est(tmp_path, handleInvalid="drop")
+
+
+@pytest.mark.torch
+def test_a_fit_that_diverges_returns_no_model(spark, tmp_path):
+    """Finite inputs near float32's limit overflow the first layer: the loss is NaN, and fit says so."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(400).select((F.rand(5) * 3.0e38).alias("x"), (F.rand(6) * 3.0e38).alias("z"),
+                                 (F.rand(7) > 0.5).cast("double").alias("grade"))
+    with pytest.raises(Exception, match=r"the network diverged in run .*(train_loss|val_loss) = (nan|inf) after epoch 1.*"
+                                        r"lower learningRate \(now 0.03\)"):
+        _est(tmp_path, epochs=1).fit(df)

@@ -22,7 +22,7 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import RunMismatchError
+from sparktrain.errors import RunMismatchError, TrainingError
 from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
@@ -268,6 +268,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
         result.plan_s = planned
         self.last_launch = result
+        _check_finite(result.history, plan.run_id, self.getLearningRate())
         model = self.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result
         return model
@@ -359,6 +360,19 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             invalid=invalid_row(frame.numeric, frame.categorical, frame.vectors) if handle != "error" else None,
             invalid_rows=content.get("invalid_rows", 0), invalid_cols=content.get("invalid"))
         return train_path, val_path, data_fp, entry, frame
+
+
+def _check_finite(history: Sequence[Dict[str, float]], run_id: str, learning_rate: float) -> None:
+    """Refuse a network whose last epoch's loss is NaN or infinite: it would score every row the same."""
+    import math
+
+    last = dict(history[-1]) if history else {}
+    bad = {k: v for k, v in last.items() if k in ("train_loss", "val_loss") and not math.isfinite(float(v))}
+    if bad:
+        seen = ", ".join(f"{k} = {v}" for k, v in bad.items())
+        raise TrainingError(f"the network diverged in run {run_id}: {seen} after epoch {len(history)}, so its "
+                            f"weights are not usable and no model is returned. Fix: lower learningRate (now "
+                            f"{learning_rate:g}), scale the inputs (StandardScaler), or train in fp32 (precision)")
 
 
 def _session_for(dataset: Any):
