@@ -115,8 +115,11 @@ def test_bad_float_blocks_are_refused_naming_the_column(spark, mixed, tmp_path):
     with pytest.raises(DataError, match=r"column 'arr' holds rows of different lengths \(2, 3\)"):
         est.fit(ragged)
     with_nan = mixed.withColumn("arr", F.expr("IF(id = 7, array(CAST('NaN' AS DOUBLE), 1.0), array(0.5, 1.0))"))
-    with pytest.raises(DataError, match=r"column 'arr' has NaN or infinite values in 1 of 1,600 row\(s\)"):
+    with pytest.raises(DataError, match=r"column 'arr' has NaN, infinite or null values in 1 of 1,600 row\(s\)"):
         est.fit(with_nan)
+    null_element = mixed.withColumn("arr", F.expr("IF(id = 9, array(CAST(NULL AS DOUBLE), 1.0), array(0.5, 1.0))"))
+    with pytest.raises(DataError, match=r"column 'arr' has NaN, infinite or null values in 1 of 1,600 row\(s\)"):
+        est.fit(null_element)
     with_null = mixed.withColumn("arr", F.expr("IF(id = 7, NULL, array(0.5, 1.0))"))
     with pytest.raises(DataError, match=r"column 'arr' is null in 1 of 1,600 row\(s\)"):
         est.fit(with_null)

@@ -126,6 +126,34 @@ def test_a_fit_that_diverges_returns_no_model(spark, tmp_path):
 
     df = spark.range(400).select((F.rand(5) * 3.0e38).alias("x"), (F.rand(6) * 3.0e38).alias("z"),
                                  (F.rand(7) > 0.5).cast("double").alias("grade"))
-    with pytest.raises(Exception, match=r"the network diverged in run .*(train_loss|val_loss) = (nan|inf) after epoch 1.*"
-                                        r"lower learningRate \(now 0.03\)"):
+    with pytest.raises(Exception, match=r"the network diverged in run .*(train_loss|val_loss) = (nan|inf) after "
+                                        r"epoch 1.*lower learningRate \(now 0.03\)"):
         _est(tmp_path, epochs=1).fit(df)
+
+
+@pytest.mark.torch
+def test_float_indices_null_array_elements_and_a_rare_index(spark, tmp_path):
+    """NaN in a float index column and a null element in an array are invalid rows in fit and transform alike;
+    an index held by one row gets its embedding row whichever split the row lands in."""
+    from pyspark.sql import functions as F
+
+    i = F.col("id")
+    df = spark.range(900).select(
+        i, (F.rand(8) * 2 - 1).alias("x"), F.when(i == 5, 9).otherwise(i % 3).cast("int").alias("k"),
+        F.when(i % 70 == 0, float("nan")).otherwise((i % 4).cast("double")).alias("f"),
+        F.when(i % 90 == 1, F.array(F.lit(None).cast("double"), F.lit(1.0)))
+         .otherwise(F.array(F.rand(9), F.lit(1.0))).alias("arr"))
+    df = df.withColumn("grade", F.when(F.col("x") > 0, "up").otherwise("down")).cache()
+    invalid = {n for n in range(900) if n % 70 == 0 or n % 90 == 1}
+    est = _est(tmp_path, categoricalCols=["k", "f"], excludeCols=["id"], epochs=2)
+    with pytest.raises(DataError, match=r"column 'arr' has NaN, infinite or null values in 10 of 900 row"):
+        est.fit(df)
+    with pytest.raises(DataError, match=r"'f' \(13 of 900 rows\)"):
+        est.fit(df.withColumn("arr", F.array(F.lit(0.5), F.lit(1.0))))  # a float index: NaN is counted, not cast
+
+    est.setHandleInvalid("skip")
+    model = est.fit(df)
+    assert dict(model.inputs.categorical) == {"k": 10, "f": 4}  # k = 9 in one row, train or validation
+    scored = model.transform(df).select("id", "prediction").toPandas()
+    assert set(scored["id"]) == set(range(900)) - invalid  # the row with k = 9 is scored, the invalid ones not
+    assert set(scored["prediction"]) <= {"up", "down"}

@@ -28,7 +28,7 @@ from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
 from sparktrain.train._executor.spec import InputSpec, WorkerSpec, group_specs
 from sparktrain.train.frame import FrameInputs, describe as describe_inputs, invalid_row, resolve as resolve_frame
-from sparktrain.train.inputs import column_stats, exists, infer_inputs
+from sparktrain.train.inputs import column_stats, exists, infer_inputs, merge_stats
 from sparktrain.train.launcher import LaunchResult, launch
 from sparktrain.train.model import KerasModel, TorchModel, _DistributedModel
 from sparktrain.train.params import _DistributedParams, attach_setters
@@ -205,6 +205,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             infer_cat = not self.isDefined(self.categoricalCols) and self.getFeaturesCol() is None
             named = (list(frame.numeric), None if infer_cat else list(frame.categorical))
         stats = column_stats(train_path)  # footers only, read once for the task and the inputs
+        if val_path is not None:  # an index only the validation split holds still gets an embedding row
+            stats = merge_stats(stats, column_stats(val_path))
         if self.getTask() == "auto" and not (meta or {}).get("task"):
             if binary01 is None and plan_mod.float_01_range(stats, label):
                 binary01 = plan_mod.float_label_is_01(_session_for(dataset), train_path, label)

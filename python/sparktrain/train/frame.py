@@ -133,6 +133,9 @@ class FrameInputs:
                 from pyspark.ml.functions import vector_to_array
 
                 cols.append(vector_to_array(F.col(quote(c)), "float32").alias(c))
+            elif cast == "index":  # NaN and infinities become null, so handleInvalid counts them (no cast error)
+                v = F.col(quote(c))
+                cols.append(F.when(F.isnan(v) | (F.abs(v) == float("inf")), None).otherwise(v).cast("int").alias(c))
             elif cast:
                 cols.append(F.col(quote(c)).cast(cast).alias(c))
             else:
@@ -209,8 +212,10 @@ def resolve(schema: Any, label: str, features_col: Optional[str] = None,
         elif name == "decimal":
             casts[c] = "double"
     for c in out[CATEGORICAL]:
-        if _type_name(types[c]) in ("float", "double", "decimal", "boolean"):
-            casts[c] = "int"  # e.g. a StringIndexer's double index named in categoricalCols
+        if _type_name(types[c]) in ("float", "double"):
+            casts[c] = "index"  # e.g. a StringIndexer's double index named in categoricalCols; NaN -> null
+        elif _type_name(types[c]) in ("decimal", "boolean"):
+            casts[c] = "int"
     for c in out[BLOCK]:
         casts[c] = "vector" if is_vector(types[c]) else "array<float>"
     return FrameInputs(numeric=tuple(out[NUMERIC]), categorical=tuple(out[CATEGORICAL]), vectors=tuple(out[BLOCK]),
@@ -234,7 +239,7 @@ def block_aggregates(vectors: Sequence[str]) -> List[Any]:
     for i, c in enumerate(vectors):
         v = F.col(quote(c))
         size = F.when(v.isNotNull(), F.size(v))
-        bad = F.exists(v, lambda x: F.isnan(x) | (F.abs(x) == float("inf")))
+        bad = F.exists(v, lambda x: x.isNull() | F.isnan(x) | (F.abs(x) == float("inf")))
         aggs += [F.slice(F.array_sort(F.collect_set(size)), 1, 6).alias(f"__block{i}_sizes"),
                  F.sum(v.isNull().cast("long")).alias(f"__block{i}_nulls"),
                  F.sum(bad.cast("long")).alias(f"__block{i}_invalid")]
@@ -268,8 +273,8 @@ def check_blocks(row: Mapping[str, Any], vectors: Sequence[str], rows: int,
             raise DataError(f"column '{c}' holds empty vectors; a float block needs at least one value. "
                             f"Fix: {fix_out[3:]}")
         if invalid:
-            raise DataError(f"column '{c}' has NaN or infinite values in {invalid:,} of {rows:,} row(s); a network "
-                            f"cannot learn from them. Fix: impute or filter them in Spark (Imputer before "
+            raise DataError(f"column '{c}' has NaN, infinite or null values in {invalid:,} of {rows:,} row(s); a "
+                            f"network cannot learn from them. Fix: impute or filter them in Spark (Imputer before "
                             f"VectorAssembler, or VectorAssembler(handleInvalid='skip')), {fix_out}")
         widths[c] = int(sizes[0])
     return widths
@@ -284,7 +289,7 @@ def _invalid(c: str, kind: str) -> Any:
         return v.isNull() | F.isnan(v) | (F.abs(v) == float("inf"))
     if kind == CATEGORICAL:
         return v.isNull()
-    return v.isNull() | (F.size(v) == 0) | F.exists(v, lambda x: F.isnan(x) | (F.abs(x) == float("inf")))
+    return v.isNull() | (F.size(v) == 0) | F.exists(v, lambda x: x.isNull() | F.isnan(x) | (F.abs(x) == float("inf")))
 
 
 def invalid_row(numeric: Sequence[str], categorical: Sequence[str], vectors: Sequence[str]) -> Any:

@@ -64,6 +64,19 @@ def column_stats(path: str) -> Dict[str, Dict[str, Any]]:
     return stats
 
 
+def merge_stats(a: Dict[str, Dict[str, Any]], b: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """:func:`column_stats` of two splits as one: the smaller min and larger max of each column in both."""
+    out = {k: dict(v) for k, v in a.items()}
+    for name, st in b.items():
+        entry = out.get(name)
+        if entry is None:
+            continue  # the splits share a schema; a column of one only is not the other's
+        for key, pick in (("min", min), ("max", max)):
+            if st[key] is not None:
+                entry[key] = st[key] if entry[key] is None else pick(entry[key], st[key])
+    return out
+
+
 def read_features_json(dataset_root: str) -> Optional[Dict[str, Any]]:
     """The dataset's ``features.json`` (local path or URI; a committed output's generation), or None."""
     from sparktrain.data import _fs

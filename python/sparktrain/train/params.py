@@ -102,8 +102,9 @@ class _ModelParams(HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredi
         TypeConverters.toListString)
     handleInvalid: "Param[str]" = Param(
         Params._dummy(), "handleInvalid",
-        "rows with a null, NaN or infinite input: 'error' (default) refuses them naming the columns, 'skip' "
-        "leaves them out (fit and transform), 'keep' leaves them out of fit and scores them as null",
+        "rows with a null, NaN or infinite input (or, at scoring, a categorical index with no embedding row): "
+        "'error' (default) refuses them naming the columns, 'skip' leaves them out (fit(df) and transform), 'keep' "
+        "leaves them out of fit(df) and scores them as null; a fit on a dataset path reads it as preprocess wrote it",
         _handle_invalid)
     runId: "Param[str]" = Param(
         Params._dummy(), "runId",

@@ -210,8 +210,9 @@ def study_name(cfg: JobConfig, dataset_path: Optional[str]) -> str:
     """``tune.study``, else ``<job name>-<hash of what defines the search>``.
 
     The hash covers the space, metric, sampler, pruner and its settings, the
-    mode, the ``train:`` section and the dataset path: rerunning the same
-    config continues its study, a changed search starts a new one.
+    mode, the ``train:`` section and the dataset path (its committed
+    generation: a new preprocess starts a new study): rerunning ``tune`` on
+    the same dataset continues its study, a changed search starts a new one.
     """
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]
     if tune.study:

@@ -77,8 +77,8 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
 
     Only inputs with such a row are in the result.  A categorical index
     outside ``0 .. cardinality - 1`` counts too (the model has no embedding
-    row for it; it used to be clamped to the last one).  Float blocks count a null
-    or empty row, or a NaN or infinite element; ``sources`` maps an input to
+    row for it; it used to be clamped to the last one).  Float blocks count a
+    null or empty row, or a NaN, infinite or null element; ``sources`` maps an input to
     the column that holds it (converted in Spark, see
     :func:`sparktrain.train.model.scoring_frame`).
     """
@@ -88,23 +88,31 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
     out: Dict[str, np.ndarray] = {}
     blocks = {c for c, _ in inputs.vectors}
     cards = dict(inputs.categorical)
+    n = batch.num_rows
     for c in [*inputs.numeric, *blocks, *cards]:
         col = batch.column(sources.get(c, c))
-        bad = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        if c in cards:  # an index with no embedding row (unseen in training, or negative) is not clamped
-            values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
-            with np.errstate(invalid="ignore"):
-                bad |= (values < 0) | (values >= cards[c])
+        bad = np.zeros(n, dtype=bool)
+        if col.null_count:
+            bad |= np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
         if c in blocks and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
-            bad |= np.asarray(pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)) == 0
-            flat = pc.list_flatten(col)
-            if pa.types.is_floating(flat.type) and len(flat):
-                parents = np.asarray(pc.list_parent_indices(col).to_numpy(zero_copy_only=False))
-                values = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float64)
-                bad[parents[~np.isfinite(values)]] = True
-        elif pa.types.is_floating(col.type):
-            values = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
-            bad |= ~np.isfinite(values)
+            lengths = np.asarray(pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False))
+            bad |= lengths == 0
+            flat = col.flatten()  # the values of the non-null rows, in order
+            if len(flat) and (flat.null_count or pa.types.is_floating(flat.type)):
+                values = flat.to_numpy(zero_copy_only=False)
+                wrong = ~np.isfinite(values) if values.dtype.kind == "f" else np.zeros(len(values), dtype=bool)
+                if flat.null_count:
+                    wrong |= np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+                if wrong.any():  # row of each value: the non-null rows repeated by their lengths
+                    kept = np.flatnonzero(~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+                    bad[np.repeat(kept, lengths[kept])[wrong]] = True
+        elif c in cards or pa.types.is_floating(col.type):
+            values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)  # nulls: NaN; decimal, bool too
+            with np.errstate(invalid="ignore"):
+                wrong = ~np.isfinite(values)
+                if c in cards:  # an index with no embedding row (unseen in training, or negative) is not clamped
+                    wrong |= (values < 0) | (values >= cards[c])
+            bad |= wrong
         if bad.any():
             out[c] = bad
     return out

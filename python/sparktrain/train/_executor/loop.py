@@ -212,6 +212,7 @@ class Loop:
             steps, first, batches = self.batches(epoch, layers)
             adapter.train_mode(True)
             train_state = self.start_state(epoch, task)
+            restored = float(train_state[1])  # rows of this epoch trained before a resume (rank 0's sums)
             window = np.zeros(2)
             for k, ((x_num, x_cat, y), ids) in enumerate(_timed(batches, self._add_wait)):
                 done = first + k + 1
@@ -240,14 +241,16 @@ class Loop:
             self.beat.set_phase("collective")
             train_time = time.perf_counter() - t0
             adapter.sync_state()
-            summed = self.allreduce(train_state)
+            # one collective: the epoch's sums, then the rows restored from a checkpoint (rank 0's; 0 elsewhere)
+            reduced = self.allreduce(np.append(train_state, restored))
+            summed, restored_all = reduced[:-1], float(reduced[-1])
             metrics = M.finalize(summed, task, prefix="train_")
             if spec.val_path:
                 metrics.update(self.validate(adapter, spec.val_path))
             waited, self._waited = self._waited, 0.0
-            # rows trained on all ranks (a batch larger than the shard holds fewer than batch rows); an epoch
-            # resumed mid-way counts the steps it ran here, its restored sums hold the rows before the resume too
-            trained = float(summed[1]) if first == 0 else (steps - first) * self.batch * ctx.world_size
+            # rows trained on all ranks in this launch (a batch larger than the shard holds fewer than batch
+            # rows), less those a resume inside the epoch restored with the sums
+            trained = float(summed[1]) - restored_all
             metrics["samples_per_s"] = trained / max(train_time, 1e-9)
             metrics["input_wait_share"] = waited / max(train_time, 1e-9)  # rank 0's share of the epoch spent reading
             metrics["epoch_time_s"] = time.perf_counter() - t0
