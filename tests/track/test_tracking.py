@@ -286,9 +286,23 @@ def test_a_champion_that_predicts_another_target_is_replaced_not_compared(tracki
     assert int(client.get_model_version_by_alias("relabelled", "champion").version) == v[2]
     assert any("predicts another target" in r.getMessage() and "barolo" in r.getMessage() for r in caplog.records)
     assert client.get_model_version("relabelled", str(v[2])).tags["sparktrain.score_basis"] == colours
-    # the same target again: compared as before
-    assert set_champion_if_better(client, "relabelled", v[3], "test_accuracy", 0.80, basis=colours) is False
+    # the same target again, even with a rare class missing from this run's sample: compared as before
+    assert set_champion_if_better(client, "relabelled", v[3], "test_accuracy", 0.80,
+                                  basis=basis("wine", ["deep", "pale"])) is False
     assert int(client.get_model_version_by_alias("relabelled", "champion").version) == v[2]
+
+
+def test_same_target_compares_label_task_and_overlapping_classes():
+    from sparktrain.track.registry import _same_target
+
+    def b(label="y", task="binary", classes=()):
+        return json.dumps({"label": label, "task": task, "classes": list(classes)})
+
+    assert _same_target(b(classes=["0", "1"]), b(classes=["0.0", "1.0"]))  # an int label read as double
+    assert _same_target(b(task="multiclass", classes=["a", "b", "c"]), b(task="multiclass", classes=["a", "b"]))
+    assert not _same_target(b(classes=["no", "yes"]), b(classes=["low", "high"]))
+    assert not _same_target(b(label="y"), b(label="z")) and not _same_target(b(), b(task="regression"))
+    assert _same_target(b(task="regression"), b(task="regression"))
 
 
 def test_score_of_prefers_test_metrics():

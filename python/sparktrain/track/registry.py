@@ -121,14 +121,36 @@ def score_basis(inputs: Any) -> str:
                       sort_keys=True)
 
 
+def _same_target(a: str, b: str) -> bool:
+    """Whether two :func:`score_basis` values predict the same target: the same label column and task, and
+    classes that overlap (a rare class missing from one run's sample, or 1 against 1.0, still compare)."""
+    import json
+
+    def norm(c: str) -> str:
+        try:
+            return repr(float(c))
+        except ValueError:
+            return c
+
+    try:
+        x, y = json.loads(a), json.loads(b)
+    except ValueError:
+        return a == b
+    if (x.get("label"), x.get("task")) != (y.get("label"), y.get("task")):
+        return False
+    cx, cy = {norm(str(c)) for c in x.get("classes") or ()}, {norm(str(c)) for c in y.get("classes") or ()}
+    return not (cx and cy and not cx & cy)
+
+
 def set_champion_if_better(client: Any, name: str, version: int, metric: Optional[str], score: Optional[float],
                            higher_is_better: bool = True, alias: str = CHAMPION, basis: Optional[str] = None) -> bool:
     """Point ``alias`` at ``version`` when it beats the current holder; returns whether it moved.
 
     The version's score (and ``basis``, :func:`score_basis`) is written to its
-    tags first, so later versions can compare against it.  A holder whose
-    basis differs predicts another target: its score does not count, and
-    ``version`` takes the alias with a warning naming both.
+    tags first, so later versions can compare against it.  A holder that
+    predicts another target (another label column or task, or classes with
+    none in common) does not count: ``version`` takes the alias with a
+    warning naming both.
     """
     from mlflow.exceptions import MlflowException
 
@@ -147,7 +169,7 @@ def set_champion_if_better(client: Any, name: str, version: int, metric: Optiona
         reason = "no current champion"
     elif int(current.version) == int(version):
         return True
-    elif basis is not None and theirs_basis is not None and theirs_basis != basis:
+    elif basis is not None and theirs_basis is not None and not _same_target(theirs_basis, basis):
         reason = f"v{current.version} predicts another target ({theirs_basis}; v{version}: {basis}), so its scores " \
                  f"do not compare"
         log.warning("%s of %s: %s; moving it to v%s", alias, name, reason, version)
