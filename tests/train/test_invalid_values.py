@@ -157,3 +157,19 @@ def test_float_indices_null_array_elements_and_a_rare_index(spark, tmp_path):
     scored = model.transform(df).select("id", "prediction").toPandas()
     assert set(scored["id"]) == set(range(900)) - invalid  # the row with k = 9 is scored, the invalid ones not
     assert set(scored["prediction"]) <= {"up", "down"}
+
+
+@pytest.mark.torch
+def test_samples_per_s_counts_the_rows_trained_not_the_batch_size(spark, tmp_path):
+    """A batch larger than the data: the throughput is rows over time (it was batchSize x steps over time)."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(300).select((F.rand(10) * 2 - 1).alias("x"),
+                                 F.when(F.rand(11) > 0.5, "a").otherwise("b").alias("grade"))
+    est = _est(tmp_path, epochs=1, batchSize=1_000_000)
+    plan = est.plan(df)
+    train_rows = spark.read.parquet(plan.train_path).count()
+    (epoch,) = est.fit(df).history
+    # epoch_time_s spans the training (and the validation): rows/s x epoch time is at least the rows trained,
+    # and nowhere near the 10^6 a batch-size count gave
+    assert train_rows <= epoch["samples_per_s"] * epoch["epoch_time_s"] < 100 * train_rows, (epoch, train_rows)

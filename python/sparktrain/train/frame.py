@@ -135,7 +135,7 @@ class FrameInputs:
                 cols.append(vector_to_array(F.col(quote(c)), "float32").alias(c))
             elif cast == "index":  # NaN and infinities become null, so handleInvalid counts them (no cast error)
                 v = F.col(quote(c))
-                cols.append(F.when(F.isnan(v) | (F.abs(v) == float("inf")), None).otherwise(v).cast("int").alias(c))
+                cols.append(F.when(_not_finite(v), None).otherwise(v).cast("int").alias(c))
             elif cast:
                 cols.append(F.col(quote(c)).cast(cast).alias(c))
             else:
@@ -231,6 +231,13 @@ def _bad_named(param: str, col: str, dtype: Any) -> str:
             f"(StringIndexer, or a feature spec with sparktrain preprocess), or leave it out of {param}")
 
 
+def _not_finite(x: Any) -> Any:
+    """A Column, true where number ``x`` is null, NaN or infinite (a block's element, a scalar input)."""
+    from pyspark.sql import functions as F
+
+    return x.isNull() | F.isnan(x) | (F.abs(x) == float("inf"))
+
+
 def block_aggregates(vectors: Sequence[str]) -> List[Any]:
     """Aggregate expressions over a :meth:`FrameInputs.frame` that :func:`check_blocks` reads."""
     from pyspark.sql import functions as F
@@ -239,7 +246,7 @@ def block_aggregates(vectors: Sequence[str]) -> List[Any]:
     for i, c in enumerate(vectors):
         v = F.col(quote(c))
         size = F.when(v.isNotNull(), F.size(v))
-        bad = F.exists(v, lambda x: x.isNull() | F.isnan(x) | (F.abs(x) == float("inf")))
+        bad = F.exists(v, _not_finite)
         aggs += [F.slice(F.array_sort(F.collect_set(size)), 1, 6).alias(f"__block{i}_sizes"),
                  F.sum(v.isNull().cast("long")).alias(f"__block{i}_nulls"),
                  F.sum(bad.cast("long")).alias(f"__block{i}_invalid")]
@@ -286,10 +293,10 @@ def _invalid(c: str, kind: str) -> Any:
 
     v = F.col(quote(c))
     if kind == NUMERIC:
-        return v.isNull() | F.isnan(v) | (F.abs(v) == float("inf"))
+        return _not_finite(v)
     if kind == CATEGORICAL:
         return v.isNull()
-    return v.isNull() | (F.size(v) == 0) | F.exists(v, lambda x: x.isNull() | F.isnan(x) | (F.abs(x) == float("inf")))
+    return v.isNull() | (F.size(v) == 0) | F.exists(v, _not_finite)
 
 
 def invalid_row(numeric: Sequence[str], categorical: Sequence[str], vectors: Sequence[str]) -> Any:

@@ -91,9 +91,9 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
     n = batch.num_rows
     for c in [*inputs.numeric, *blocks, *cards]:
         col = batch.column(sources.get(c, c))
-        bad = np.zeros(n, dtype=bool)
-        if col.null_count:
-            bad |= np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool) if col.null_count \
+            else np.zeros(n, dtype=bool)
+        bad = nulls.copy()
         if c in blocks and (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
             lengths = np.asarray(pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False))
             bad |= lengths == 0
@@ -104,7 +104,7 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
                 if flat.null_count:
                     wrong |= np.asarray(flat.is_null().to_numpy(zero_copy_only=False), dtype=bool)
                 if wrong.any():  # row of each value: the non-null rows repeated by their lengths
-                    kept = np.flatnonzero(~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool))
+                    kept = np.flatnonzero(~nulls)
                     bad[np.repeat(kept, lengths[kept])[wrong]] = True
         elif c in cards or pa.types.is_floating(col.type):
             values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)  # nulls: NaN; decimal, bool too
