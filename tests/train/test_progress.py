@@ -383,3 +383,25 @@ def test_a_rank_waiting_in_a_collective_on_a_silent_running_peer_waits_with_it()
         assert info is not None and info["rank"] == 0  # the one outside the collective, at the timeout
     finally:
         lone.close()
+
+
+def test_a_reused_gang_judges_a_missing_rank_alive_only_from_the_trials_own_events():
+    """A rank died, its peer reported the failure: the retried stage's new task for that rank pings before it is
+    handed the trial (no run in its events), which must not read as the dead rank stuck in a collective (the
+    gang would be cancelled and the trial failed instead of resumed); heartbeats naming the trial's run do."""
+    from sparktrain.train.gang import ALIVE_S, peers_alive
+    from sparktrain.train.watchdog import StallWatchdog
+
+    dog = StallWatchdog(2, timeout=60.0, on_stall=lambda info: None, poll=3600, run="trial-7")
+    try:
+        failed = {0: {"ok": False}}  # rank 0 reported the lost connection; rank 1 has no result
+        dog({"type": "heartbeat", "rank": 1, "host": "h1", "run": "trial-7", "epoch": 2, "step": 3})
+        assert peers_alive(2, failed, dog)  # rank 1 beats for this trial: stuck in a collective
+        dog.ranks[1]["seen_run"] -= ALIVE_S + 1  # ... then nothing from it for this trial
+        dog({"type": "ping", "rank": 1, "host": "h1"})  # the retried stage's new task, not yet given the trial
+        dog({"type": "heartbeat", "rank": 1, "host": "h1", "run": "trial-6", "epoch": 1, "step": 9})  # an old one's
+        assert dog.ranks[1]["seen"] > dog.ranks[1]["seen_run"] + ALIVE_S  # heard from, not for this trial
+        assert not peers_alive(2, failed, dog)
+        assert not peers_alive(2, {0: {"ok": False}, 1: {"ok": True}}, dog)  # nobody missing: nothing to wait for
+    finally:
+        dog.close()

@@ -201,7 +201,7 @@ class Gang:
                     self._cond.wait(0.2)
                     failed_at = min((r["time"] for r in trial.results.values() if not r.get("ok")), default=None)
                     if (failed_at is not None and time.monotonic() - failed_at > FAIL_GRACE_S and self.killed is None
-                            and self._peers_alive(trial, watchdog)):
+                            and peers_alive(self.n, trial.results, watchdog)):
                         self._cond.release()  # cancelling waits on Spark: not under the lock
                         try:
                             self.kill(f"run {spec.run_id} failed on a rank while its peers wait in a collective")
@@ -252,17 +252,6 @@ class Gang:
                             devices={r: {"addresses": list(v.get("gpus") or []), "host": v.get("host", "")}
                                      for r, v in by_rank.items()})
 
-    def _peers_alive(self, trial: _Trial, watchdog: StallWatchdog) -> bool:
-        """Whether every rank without a result still sends heartbeats (stuck in a collective, not dead).
-
-        A dead rank's peers report its lost connection; its task failed, and Spark retries the stage
-        (the trial is handed out again) or fails it: that is Spark's to handle, not a reason to cancel.
-        """
-        now = time.time()
-        missing = [r for r in range(self.n) if r not in trial.results]
-        return bool(missing) and all(now - float(watchdog.ranks.get(r, {}).get("seen", 0.0)) < ALIVE_S
-                                     for r in missing)
-
     def kill(self, why: str) -> None:
         """Cancel the gang's stage (a stalled or timed-out trial); the running trial fails."""
         if self.killed is None:
@@ -281,6 +270,20 @@ class Gang:
         if self._thread.is_alive():
             self.kill("did not stop")
             self._thread.join(timeout=10)
+
+
+def peers_alive(num_workers: int, results: Dict[int, Any], watchdog: StallWatchdog) -> bool:
+    """Whether every rank without a result still sends heartbeats for the watched trial (stuck in a collective).
+
+    A dead rank's peers report its lost connection; its task failed, and Spark retries the stage
+    (the trial is handed out again) or fails it: that is Spark's to handle, not a reason to cancel.
+    Only events that name the trial's run count: a retried stage's new task pings before it is
+    handed the trial again, and its ping is no sign that the dead rank is stuck.
+    """
+    now = time.time()
+    missing = [r for r in range(num_workers) if r not in results]
+    return bool(missing) and all(now - float(watchdog.ranks.get(r, {}).get("seen_run", 0.0)) < ALIVE_S
+                                 for r in missing)
 
 
 def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:

@@ -71,6 +71,8 @@ class StallWatchdog:
         with self._lock:
             entry = self.ranks.setdefault(rank, {"progress": self.started})
             entry["seen"] = now
+            if self.run is None or event.get("run") == self.run:  # not a reused gang's idle ping (no run yet)
+                entry["seen_run"] = now
             entry["host"] = event.get("host", entry.get("host"))
             kind = event.get("type")
             if kind == "heartbeat":
