@@ -150,6 +150,36 @@ def test_an_older_layout_is_read_then_replaced(tmp_path, nomove):
     assert _rows(str(out)) == [3.0]
 
 
+def test_a_users_files_beside_a_committed_output_are_kept(tmp_path, nomove, caplog):
+    """A user's notes put in a committed output folder survive the next write (the probe found them deleted)."""
+    out = tmp_path / "out"
+    _generation(out, [1.0])
+    (out / "notes.txt").write_text("mine")
+    (out / "analysis").mkdir()
+    (out / "analysis" / "plot.csv").write_text("a,b")
+    (out / "train").mkdir()  # even a name the earlier layout used: with a record, the output is all in its generation
+    (out / "train" / "mine.txt").write_text("mine too")
+    with caplog.at_level("WARNING", logger="sparktrain.data.commit"):
+        gen = _generation(out, [2.0])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", gen.name, "notes.txt", "analysis",
+                                                           "train"])
+    assert (out / "notes.txt").read_text() == "mine" and (out / "analysis" / "plot.csv").read_text() == "a,b"
+    assert (out / "train" / "mine.txt").read_text() == "mine too"
+    assert _rows(str(out)) == [2.0]
+    assert "keeping analysis/, notes.txt, train/ beside the output (sparktrain did not write them" in caplog.text
+
+
+def test_an_older_layout_is_replaced_but_a_users_file_beside_it_is_kept(tmp_path, nomove):
+    out = tmp_path / "old"
+    _write(str(out), [1.0, 2.0])  # files and a format_version 1 manifest at the top, as sparktrain wrote before
+    (out / "_SUCCESS").write_text("")
+    (out / "._SUCCESS.crc").write_text("")
+    (out / "README.txt").write_text("what this dataset is")
+    gen = _generation(out, [3.0])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", gen.name, "README.txt"])
+    assert (out / "README.txt").read_text() == "what this dataset is"
+
+
 def test_overwrite_false_refuses_a_committed_output(tmp_path, nomove):
     out = tmp_path / "out"
     _generation(out, [1.0])

@@ -248,10 +248,21 @@ class Generation:
         return list(self.fs.get_file_info(pafs.FileSelector(self.inner, recursive=False)))
 
     def _snapshot(self) -> List[str]:
-        """Top-level names of an earlier layout's output, removed after the commit (never the record itself)."""
-        return sorted(e.base_name for e in self._entries()
-                      if not e.base_name.startswith(GEN_PREFIX) and e.base_name != RECORD_NAME
-                      and not e.base_name.startswith("."))
+        """Top-level names of an earlier layout's output, removed after the commit (never the record itself).
+
+        Only names that layout wrote (:func:`_earlier_layout_name`), and none once a commit record exists (the
+        output is all in its generation then).  Anything else at the top level, a user's notes beside the output,
+        is kept and named in a warning: a commit replaces only what sparktrain wrote.
+        """
+        names = [e.base_name + ("/" if e.type == pafs.FileType.Directory else "") for e in self._entries()
+                 if not e.base_name.startswith(GEN_PREFIX) and e.base_name != RECORD_NAME]
+        ours = [] if self._previous is not None else [n for n in names if _earlier_layout_name(n)]
+        kept = sorted(n for n in names if n not in ours and not n.startswith("."))
+        if kept:
+            log.warning("%s '%s': keeping %s beside the output (sparktrain did not write %s; a commit replaces only "
+                        "its own generation)", self.what, self.path, ", ".join(kept[:10]) + (" ..." * (len(kept) > 10)),
+                        "it" if len(kept) == 1 else "them")
+        return sorted(n.rstrip("/") for n in ours)
 
     def clean_uncommitted(self) -> List[str]:
         """Remove the ``_gen-`` folders that no commit record names; returns their names."""
@@ -297,6 +308,17 @@ class Generation:
             return
         if not self.committed:
             self.commit()
+
+
+#: what an output written before generations held at its top level (a preprocess output, a dataset, scores)
+_EARLIER_LAYOUT = ("train/", "validation/", "test/", "pipeline_model/", "features.json", "_SUCCESS")
+
+
+def _earlier_layout_name(name: str) -> bool:
+    """Whether top-level entry ``name`` (a folder's with a trailing ``/``) is one an earlier layout wrote."""
+    if name.startswith(".") and name.endswith(".crc"):  # a local Hadoop writer's checksum of such a file
+        name = name[1:-len(".crc")]
+    return name in _EARLIER_LAYOUT or (name.startswith("part-") and not name.endswith("/"))
 
 
 def _write_record(fs: pafs.FileSystem, target: str, data: bytes) -> None:
