@@ -43,6 +43,49 @@ def test_a_stalled_rank_is_named_and_the_fit_stops(spark, small, tmp_path, monke
     assert len(est2.fit(small).history) == 1
 
 
+@pytest.mark.torch
+def test_an_interrupted_fit_stops_its_ranks_before_it_lets_go_of_the_run(spark, small, tmp_path):
+    """Ctrl-C during fit (SIGINT, as a shell or a notebook's interrupt button sends it) cancels the training stage
+    and waits for it: when fit raises, no job runs, the run's lease is free and no checkpoint is written after.
+    Before, the ranks trained on unseen (checkpoints kept coming until the session stopped) with the lease gone."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    store = tmp_path / "store"
+    ckpts = store / "ctrl-c" / "checkpoints"
+    est = TorchEstimator(numWorkers=2, epochs=2000, batchSize=64, labelCol="label", store=str(store),
+                         runId="ctrl-c", checkpointEverySteps=5)
+    est.show_progress = False
+    sent = threading.Event()
+
+    def interrupt_once_training() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (ckpts.is_dir() and any(ckpts.glob("*.ckpt"))):
+            time.sleep(0.1)
+        sent.set()
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C or a notebook's interrupt button sends
+
+    threading.Thread(target=interrupt_once_training, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(small)
+        sent.wait()  # the interrupt lands here if the fit ended first: the test fails on the check below
+        time.sleep(5)
+    assert sent.is_set() and any(ckpts.glob("*.ckpt"))
+    tracker = spark.sparkContext.statusTracker()
+    assert tracker.getActiveJobsIds() == []
+    assert not any(p.name.endswith(".lease") for p in store.iterdir())  # released, and only now
+    written = sorted(os.listdir(ckpts))
+    time.sleep(3)
+    assert sorted(os.listdir(ckpts)) == written  # nobody trains on
+    again = TorchEstimator(numWorkers=2, epochs=1, batchSize=256, labelCol="label", store=str(store))
+    again.show_progress = False
+    assert len(again.fit(small).history) == 1  # the slots are free
+
+
 def _keras_children():
     import psutil
 

@@ -194,6 +194,30 @@ def cancel_group(spark, group: str) -> None:
         spark.sparkContext.cancelJobGroup(group)
 
 
+def wait_group_ended(spark, group: str, timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Wait until no job or task of ``group`` runs (after :func:`cancel_group`); False when one still ran at
+    ``timeout_s``.
+
+    Under Connect there is no status tracker on the client: True at once (``interruptTag`` is the server's).
+    """
+    if is_connect(spark):
+        return True
+    import time
+
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+        running = [j for j in jobs if getattr(j, "status", None) == "RUNNING"]
+        stages = [tracker.getStageInfo(s) for j in jobs if j is not None for s in j.stageIds]
+        # a cancelled job ends at once; its tasks run until their executors report them killed
+        if not running and not any(s is not None and s.numActiveTasks > 0 for s in stages):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[str]:
     """What Spark's status tracker says about ``partition``'s task in ``group``'s newest stage of ``num_tasks`` tasks.
 

@@ -233,6 +233,9 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
                 raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "
                                  f"slots, {slots.free} free", slots.free) from exc
             raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None)) from exc
+        except BaseException:  # Ctrl-C in a notebook or a shell: the ranks must not train on, unseen
+            _stop_stage(spark, group, spec.run_id)
+            raise
     finally:
         if slots is not None:
             slots.close()
@@ -255,6 +258,26 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
         first_step_s=(first.t - t0) if first.t else None, hosts={k: v["host"] for k, v in by_rank.items()},
         devices={rank: {k: event.get(k) for k in ("addresses", "device", "note", "host")}
                  for rank, event in (server.devices.items() if server is not None else ())})
+
+
+#: seconds an interrupted fit waits for its cancelled training stage to end (its run's lease is held meanwhile)
+INTERRUPT_WAIT_S = 60.0
+
+
+def _stop_stage(spark, group: str, run_id: str) -> None:
+    """Cancel the training stage of an interrupted fit and wait for its tasks to end.
+
+    The caller's lease on the run is released only after this returns, so no other fit can claim the
+    run while its ranks still write checkpoints.
+    """
+    log.warning("run %s: interrupted; cancelling its training stage (job group %s)", run_id, group)
+    try:
+        spark_compat.cancel_group(spark, group)
+        if not spark_compat.wait_group_ended(spark, group, INTERRUPT_WAIT_S):
+            log.warning("run %s: its training stage still ran %.0f s after the cancel; see the Spark UI (job group "
+                        "%s)", run_id, INTERRUPT_WAIT_S, group)
+    except Exception as exc:  # noqa: BLE001 - a stopping context: the interrupt is what the caller must see
+        log.warning("run %s: could not cancel its training stage: %s", run_id, exc)
 
 
 def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:
