@@ -43,6 +43,27 @@ def test_a_stalled_rank_is_named_and_the_fit_stops(spark, small, tmp_path, monke
     assert len(est2.fit(small).history) == 1
 
 
+@pytest.mark.torch
+def test_a_rank_whose_python_worker_died_is_named_not_its_peers_echo(spark, small, tmp_path, monkeypatch):
+    """Rank 1's Python worker exits mid-epoch (local[2]: no task retry). It reports nothing; rank 0's gloo
+    collective fails with "connection closed by peer". The error names rank 1, with Spark's reason and the
+    hint, and calls rank 0's error the echo."""
+    from sparktrain.errors import TrainingError
+    from sparktrain.train.estimator import TorchEstimator
+
+    monkeypatch.setenv("SPARKTRAIN_FAULT_INJECT", "1:0:3:exit")  # rank 1 os._exit()s before step 4
+    est = TorchEstimator(numWorkers=2, epochs=1, batchSize=64, labelCol="label", store=str(tmp_path / "store"))
+    est.show_progress = False
+    with pytest.raises(TrainingError) as info:
+        est.fit(small)
+    err = info.value
+    text = str(err)
+    assert err.rank == 1 and err.host, text
+    assert "the Python worker of rank 1 died" in text and "exited unexpectedly" in text
+    assert "use local[N,F] locally" in text  # the hint
+    assert "Rank 0's error is only the echo of it" in text and "by peer" in text
+
+
 def _keras_children():
     import psutil
 
