@@ -304,3 +304,31 @@ class LeaseHeldError(SparktrainError, RuntimeError):
 
 class OutputOverlapError(ConfigError):
     """An output folder overlaps the input, the store, the MLflow store, the current or home directory, or ``/``."""
+
+
+class PathNotWritableError(ConfigError, PermissionError):
+    """A store or output folder (or the nearest folder above it that exists) cannot be written.
+
+    Raised before any Spark job, instead of the ``PermissionError`` the first
+    write (a run's lease, a dataset's folder) would raise.
+
+    Parameters
+    ----------
+    what : str
+        The Param or setting that named the folder (``store``, ``train.store``,
+        ``output.path``, ``--output``).
+    path : str
+        The folder, as the user gave it.
+    folder : str
+        The folder that cannot be written (``path`` or the nearest one above it that exists).
+    """
+
+    def __init__(self, what: str, path: str, folder: str) -> None:
+        self.folder = folder
+        where = "it" if folder == path else f"'{folder}', where it would be made,"
+        super().__init__(what, path, f"{where} is not writable by this process, so nothing can be "
+                                     f"written there. Fix: make it writable (chmod u+w, chattr -i, a read-write "
+                                     f"mount), or point {what} at a folder you can write")
+
+    def __str__(self) -> str:  # OSError would otherwise format (errno, strerror)
+        return str(self.args[0])

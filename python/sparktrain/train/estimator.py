@@ -173,10 +173,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         explicit = self.isSet(self.runId)
         run_id = run_id or (self.getRunId() if explicit else plan_mod.new_run_id())
         store = self._store_uri()
-        from sparktrain.data.guard import check_store_location
-
-        root = getattr(dataset, "path", dataset)
-        check_store_location(store, "store", dataset=os.fspath(root) if isinstance(root, (str, os.PathLike)) else None)
+        self._check_store(dataset)
         stored = plan_mod.existing_run(store, run_id, explicit)
         try:
             return self._plan(dataset, run_id, store, stored)
@@ -184,6 +181,14 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             if stored is None:
                 plan_mod.discard(store, run_id)  # a DataFrame written for this new run, nothing else
             raise
+
+    def _check_store(self, dataset: Any) -> None:
+        """Refuse a store that is a file, overlaps the dataset or cannot be written (before anything is written)."""
+        from sparktrain.data.guard import check_store_location
+
+        root = getattr(dataset, "path", dataset)
+        check_store_location(self._store_uri(), "store",
+                             dataset=os.fspath(root) if isinstance(root, (str, os.PathLike)) else None)
 
     def _plan(self, dataset: Any, run_id: str, store: str, stored: Optional[Dict[str, Any]]) -> TrainingPlan:
         label = self.getLabelCol()
@@ -249,6 +254,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
         explicit = self.isSet(self.runId)
         run_id = self.getRunId() if explicit else plan_mod.new_run_id()
+        self._check_store(dataset)  # before the claim writes the run's lease: a file or read-only store is named
         with RunStore(self._store_uri(), run_id).claim():  # one job per run (sparktrain.data.lease)
             return self._fit_claimed(dataset, run_id)
 
