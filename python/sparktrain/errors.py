@@ -203,10 +203,17 @@ class RunMismatchError(ConfigError):
 
 
 class TrainingStalledError(TrainingError):
-    """A rank made no progress for ``stallTimeout`` seconds; the fit was stopped (names rank, host, epoch, step)."""
+    """A rank made no progress for ``stallTimeout`` seconds; the fit was stopped (names rank, host, epoch, step).
+
+    ``info`` is the watchdog's (``rank``, ``host``, ``epoch``, ``step``, ``phase``, ``seconds``, ``silent``,
+    ``spark_task``, ``run``: the run id to fit again with to resume).
+    """
 
     def __init__(self, info: dict, timeout: float) -> None:
         self.info = dict(info)
+        run = info.get("run")
+        resume = (f"fit again with runId={run!r} to resume run {run} from its last checkpoint" if run
+                  else "the run resumes from its last checkpoint with the same runId")
         what = "sent nothing (frozen or lost)" if info.get("silent") else \
             f"was stuck in {info.get('phase') or 'start-up'}"
         if info.get("spark_task"):
@@ -217,8 +224,8 @@ class TrainingStalledError(TrainingError):
             f"rank {info.get('rank')} made no progress for {info.get('seconds')} s at epoch {info.get('epoch')}, "
             f"step {info.get('step')} ({what}); stallTimeout = {timeout:g} s. The barrier stage was cancelled. "
             f"Fix: find what blocks that rank (its data source, a deadlock in user code, a lost host), or raise "
-            f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; the run resumes from its "
-            f"last checkpoint with the same runId", rank=info.get("rank"), host=info.get("host"))
+            f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; {resume}",
+            rank=info.get("rank"), host=info.get("host"))
 
 
 class OutputNotOwnedError(SparktrainError, FileExistsError):

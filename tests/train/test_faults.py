@@ -36,6 +36,9 @@ def test_a_stalled_rank_is_named_and_the_fit_stops(spark, small, tmp_path, monke
     assert 8.0 <= err.info["seconds"] < 8.0 + 5.0  # detected within the timeout plus the poll interval
     assert "rank 1 made no progress" in str(err) and "stallTimeout = 8 s" in str(err)
     assert "made no progress for" in caplog.text
+    run = err.info["run"]  # the error says which run to fit again to resume
+    assert (tmp_path / "store" / run / "run.json").exists()
+    assert f"fit again with runId='{run}' to resume run {run} from its last checkpoint" in str(err)
     # the cancelled stage freed its slots: the session trains again right away
     monkeypatch.delenv("SPARKTRAIN_FAULT_INJECT")
     est2 = TorchEstimator(numWorkers=2, epochs=1, batchSize=256, labelCol="label", store=str(tmp_path / "store"))
