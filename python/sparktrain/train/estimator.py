@@ -277,6 +277,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         result.plan_s = planned
         self.last_launch = result
         _check_finite(result.history, plan.run_id, self.getLearningRate())
+        _warn_past_epochs(result.history, plan.run_id, plan.spec.optim.epochs)
         model = self.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result
         return model
@@ -368,6 +369,19 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             invalid=invalid_row(frame.numeric, frame.categorical, frame.vectors) if handle != "error" else None,
             invalid_rows=content.get("invalid_rows", 0), invalid_cols=content.get("invalid"))
         return train_path, val_path, data_fp, entry, frame
+
+
+def _warn_past_epochs(history: Sequence[Dict[str, float]], run_id: str, epochs: int) -> None:
+    """Warn when a resumed run had already trained more epochs than asked for (its model is returned as is).
+
+    ``epochs`` is not part of a run's fingerprint (more epochs continue the run), so fewer is no
+    :class:`~sparktrain.errors.RunMismatchError`; but the model returned is not the one asked for.
+    """
+    if len(history) > epochs:
+        warnings.warn(f"run {run_id!r} had already trained {len(history)} epochs, more than epochs={epochs}: fit "
+                      f"returned its {len(history)}-epoch model, not trained back to {epochs} epochs. To train "
+                      f"{epochs} epochs afresh, fit with a new runId (or unset runId: every fit() is then a new "
+                      f"run)", UserWarning, stacklevel=4)
 
 
 def _check_finite(history: Sequence[Dict[str, float]], run_id: str, learning_rate: float) -> None:
