@@ -203,10 +203,17 @@ class RunMismatchError(ConfigError):
 
 
 class TrainingStalledError(TrainingError):
-    """A rank made no progress for ``stallTimeout`` seconds; the fit was stopped (names rank, host, epoch, step)."""
+    """A rank made no progress for ``stallTimeout`` seconds; the fit was stopped (names rank, host, epoch, step).
+
+    ``info`` is the watchdog's (``rank``, ``host``, ``epoch``, ``step``, ``phase``, ``seconds``, ``silent``,
+    ``spark_task``, ``run``: the run id to fit again with to resume).
+    """
 
     def __init__(self, info: dict, timeout: float) -> None:
         self.info = dict(info)
+        run = info.get("run")
+        resume = (f"fit again with runId={run!r} to resume run {run} from its last checkpoint" if run
+                  else "the run resumes from its last checkpoint with the same runId")
         what = "sent nothing (frozen or lost)" if info.get("silent") else \
             f"was stuck in {info.get('phase') or 'start-up'}"
         if info.get("spark_task"):
@@ -217,8 +224,8 @@ class TrainingStalledError(TrainingError):
             f"rank {info.get('rank')} made no progress for {info.get('seconds')} s at epoch {info.get('epoch')}, "
             f"step {info.get('step')} ({what}); stallTimeout = {timeout:g} s. The barrier stage was cancelled. "
             f"Fix: find what blocks that rank (its data source, a deadlock in user code, a lost host), or raise "
-            f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; the run resumes from its "
-            f"last checkpoint with the same runId", rank=info.get("rank"), host=info.get("host"))
+            f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; {resume}",
+            rank=info.get("rank"), host=info.get("host"))
 
 
 class OutputNotOwnedError(SparktrainError, FileExistsError):
@@ -304,3 +311,31 @@ class LeaseHeldError(SparktrainError, RuntimeError):
 
 class OutputOverlapError(ConfigError):
     """An output folder overlaps the input, the store, the MLflow store, the current or home directory, or ``/``."""
+
+
+class PathNotWritableError(ConfigError, PermissionError):
+    """A store or output folder (or the nearest folder above it that exists) cannot be written.
+
+    Raised before any Spark job, instead of the ``PermissionError`` the first
+    write (a run's lease, a dataset's folder) would raise.
+
+    Parameters
+    ----------
+    what : str
+        The Param or setting that named the folder (``store``, ``train.store``,
+        ``output.path``, ``--output``).
+    path : str
+        The folder, as the user gave it.
+    folder : str
+        The folder that cannot be written (``path`` or the nearest one above it that exists).
+    """
+
+    def __init__(self, what: str, path: str, folder: str) -> None:
+        self.folder = folder
+        where = "it" if folder == path else f"'{folder}', where it would be made,"
+        super().__init__(what, path, f"{where} is not writable by this process, so nothing can be "
+                                     f"written there. Fix: make it writable (chmod u+w, chattr -i, a read-write "
+                                     f"mount), or point {what} at a folder you can write")
+
+    def __str__(self) -> str:  # OSError would otherwise format (errno, strerror)
+        return str(self.args[0])

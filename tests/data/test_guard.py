@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sparktrain.cli import main
 from sparktrain.config import load_config
-from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError
+from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError, PathNotWritableError
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTS_YAML = REPO / "conf" / "flights.yaml"
@@ -214,6 +214,66 @@ def test_the_store_is_refused_at_home_cwd_root_or_inside_the_dataset_or_source(t
         with pytest.raises(OutputOverlapError, match=match):
             check_job_paths(cfg, ("train",))
     check_job_paths(_cfg("out", "raw", "train.store=work/store"), ("train",))  # beside both: fine
+
+
+# ---------------------------------------------------------------- a folder this process cannot write
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder this process cannot write: mode 0o500, or for root (who ignores modes) immutable (chattr +i)."""
+    import subprocess
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False).returncode != 0:
+        pytest.skip("running as root, which ignores permissions, and chattr +i is not allowed here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=False)
+
+
+def test_the_cli_names_a_read_only_store_or_output_before_any_job(spark, tmp_path, read_only, capsys):
+    cases = [
+        (["train", str(FLIGHTS_YAML), "--set", f"train.store={read_only}", "--set", "tracking.enabled=false",
+          "--set", f"output.path={tmp_path / 'dataset'}"], "train.store", str(read_only), "it"),
+        (["preprocess", str(FLIGHTS_YAML), "--set", f"output.path={read_only / 'dataset'}", "--set",
+          "tracking.enabled=false", "--set", f"data.source={MISSING_SOURCE}"], "output.path",
+         str(read_only / "dataset"), f"'{read_only}', where it would be made,"),
+        (["score", "--model", "models:/m@champion", "--input", str(tmp_path / "raw.parquet"), "--output",
+          str(read_only), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"], "--output", str(read_only), "it"),
+    ]
+    for argv, what, value, where in cases:
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 1, (what, err)
+        assert (f"error: config key '{what}' = '{value}': {where} is not writable by this process, so nothing can "
+                f"be written there. Fix: make it writable (chmod u+w, chattr -i, a read-write mount), or point "
+                f"{what} at a folder you can write") in err, err
+        assert "Traceback" not in err
+    assert list(read_only.iterdir()) == [] and not (tmp_path / "mlflow.db").exists()
+
+
+def test_fit_names_a_read_only_store_or_a_file_before_the_run_lease(spark, tmp_path, read_only):
+    from sparktrain.train.estimator import TorchEstimator
+
+    with pytest.raises(PathNotWritableError) as err:
+        TorchEstimator(labelCol="label", store=str(read_only)).fit(MISSING_SOURCE)
+    assert err.value.path == "store" and err.value.folder == str(read_only)
+    assert f"config key 'store' = '{read_only}': it is not writable" in str(err.value)
+    assert isinstance(err.value, PermissionError) and list(read_only.iterdir()) == []
+    a_file = tmp_path / "afile"
+    a_file.write_text("mine")
+    for store in (a_file, a_file / "runs"):  # fit used to fail on the run's lease with NotADirectoryError
+        with pytest.raises(OutputOverlapError, match=f"'{a_file}' is a file, not a folder, so no run folder"):
+            TorchEstimator(labelCol="label", store=str(store)).fit(MISSING_SOURCE)
+    assert a_file.read_text() == "mine"
 
 
 # ---------------------------------------------------------------- atomic_dir: the last line of defence

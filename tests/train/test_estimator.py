@@ -136,6 +136,30 @@ def test_worker_exception_reaches_driver_with_rank_and_traceback(spark, dataset,
 
 
 @pytest.mark.torch
+def test_a_finished_run_fitted_with_fewer_epochs_warns_and_returns_its_model(spark, dataset, tmp_path):
+    """epochs is not in a run's fingerprint (more epochs continue it), so fewer is no RunMismatchError; the run's
+    model is returned as it is, with a warning that names the run, both epoch counts and the fix."""
+    import warnings
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    def fit(epochs):
+        est = _estimator(TorchEstimator, tmp_path, numWorkers=1, epochs=epochs, runId="done-2")
+        est.show_progress = False
+        return est.fit(dataset)
+
+    trained = fit(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the same epochs again: the same model, no warning
+        assert fit(2).history == trained.history
+    with pytest.warns(UserWarning) as caught:
+        fewer = fit(1)
+    assert len(fewer.history) == 2 and fewer.history == trained.history
+    assert ("run 'done-2' had already trained 2 epochs, more than epochs=1: fit returned its 2-epoch model, not "
+            "trained back to 1 epochs. To train 1 epochs afresh, fit with a new runId") in str(caught[-1].message)
+
+
+@pytest.mark.torch
 def test_uneven_rows_across_ranks_do_not_hang(spark, tmp_path):
     """1,001 rows in one row group over 2 ranks: equal step counts keep all-reduce in step."""
     from sparktrain.data.manifest import write_parquet

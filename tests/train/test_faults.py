@@ -36,6 +36,9 @@ def test_a_stalled_rank_is_named_and_the_fit_stops(spark, small, tmp_path, monke
     assert 8.0 <= err.info["seconds"] < 8.0 + 5.0  # detected within the timeout plus the poll interval
     assert "rank 1 made no progress" in str(err) and "stallTimeout = 8 s" in str(err)
     assert "made no progress for" in caplog.text
+    run = err.info["run"]  # the error says which run to fit again to resume
+    assert (tmp_path / "store" / run / "run.json").exists()
+    assert f"fit again with runId='{run}' to resume run {run} from its last checkpoint" in str(err)
     # the cancelled stage freed its slots: the session trains again right away
     monkeypatch.delenv("SPARKTRAIN_FAULT_INJECT")
     est2 = TorchEstimator(numWorkers=2, epochs=1, batchSize=256, labelCol="label", store=str(tmp_path / "store"))
@@ -84,6 +87,27 @@ def test_an_interrupted_fit_stops_its_ranks_before_it_lets_go_of_the_run(spark, 
     again = TorchEstimator(numWorkers=2, epochs=1, batchSize=256, labelCol="label", store=str(store))
     again.show_progress = False
     assert len(again.fit(small).history) == 1  # the slots are free
+
+
+@pytest.mark.torch
+def test_a_rank_whose_python_worker_died_is_named_not_its_peers_echo(spark, small, tmp_path, monkeypatch):
+    """Rank 1's Python worker exits mid-epoch (local[2]: no task retry). It reports nothing; rank 0's gloo
+    collective fails with "connection closed by peer". The error names rank 1, with Spark's reason and the
+    hint, and calls rank 0's error the echo."""
+    from sparktrain.errors import TrainingError
+    from sparktrain.train.estimator import TorchEstimator
+
+    monkeypatch.setenv("SPARKTRAIN_FAULT_INJECT", "1:0:3:exit")  # rank 1 os._exit()s before step 4
+    est = TorchEstimator(numWorkers=2, epochs=1, batchSize=64, labelCol="label", store=str(tmp_path / "store"))
+    est.show_progress = False
+    with pytest.raises(TrainingError) as info:
+        est.fit(small)
+    err = info.value
+    text = str(err)
+    assert err.rank == 1 and err.host, text
+    assert "the Python worker of rank 1 died" in text and "exited unexpectedly" in text
+    assert "use local[N,F] locally" in text  # the hint
+    assert "Rank 0's error is only the echo of it" in text and "by peer" in text
 
 
 def _keras_children():

@@ -31,7 +31,7 @@ import os
 import re
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +249,44 @@ def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[st
             return str(newest.status())
     return None
 
+
+
+def failed_tasks(spark, group: str, num_tasks: int) -> Dict[int, Dict[str, str]]:
+    """Spark's reason for each failed task of ``group``'s stages of ``num_tasks`` tasks, every stage attempt.
+
+    ``{partition: {"message": ..., "host": ...}}``, the earliest failure of each
+    partition (a retried barrier stage's later attempts often fail only because
+    of the first).  Empty when Spark cannot say (under Connect there is no status
+    store on the client).  Read after the job ended: the status store is fed
+    asynchronously, so a failure in the job's very last moment may be missing.
+    """
+    if is_connect(spark):
+        return {}
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    stages = set()
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        if info is not None:
+            stages.update(info.stageIds)
+    store = sc._jsc.sc().statusStore()
+    found: Dict[int, Dict[str, str]] = {}
+    for stage in sorted(stages):
+        sinfo = tracker.getStageInfo(stage)
+        if sinfo is None or sinfo.numTasks != num_tasks:
+            continue
+        for attempt in range(sinfo.currentAttemptId + 1):
+            try:
+                tasks = store.taskList(stage, attempt, 1 << 20)
+            except Exception:  # noqa: BLE001 - an attempt the store no longer holds
+                continue
+            for i in range(tasks.size()):
+                t = tasks.apply(i)
+                error = t.errorMessage()
+                if t.index() in found or str(t.status()) != "FAILED" or not error.isDefined():
+                    continue
+                found[int(t.index())] = {"message": str(error.get()), "host": str(t.host())}
+    return found
 
 # -- versions: the pyspark, Python and Java sparktrain runs on, and what differs between Spark lines ---------
 

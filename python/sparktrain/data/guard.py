@@ -43,7 +43,7 @@ from typing import Collection, Iterable, List, Optional, Protocol, Sequence, Tup
 import pyarrow.fs as pafs
 
 from sparktrain.data import _fs
-from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError
+from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError, PathNotWritableError
 
 #: Files whose presence at a folder's top level marks it as written by sparktrain (checked by content).
 MARKERS: Tuple[str, ...] = ("features.json", "_manifest.json")
@@ -232,6 +232,34 @@ def _overlap(what: str, value: str, problem: str, fix: str) -> OutputOverlapErro
                                            f"was written. Fix: {fix}")
 
 
+def _nearest_existing(path: str) -> str:
+    """``path`` or the nearest folder above it that exists (where a new folder would be made)."""
+    probe = path
+    while probe and not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return probe
+
+
+def check_writable(path: str, what: str) -> None:
+    """Refuse a local folder this process cannot write: ``path``, or where it would be made.
+
+    Checked before any Spark job, so that a read-only (or immutable) store or
+    output gives an error naming the setting instead of the first write's
+    ``PermissionError``.  Remote stores (``s3://``, ``hdfs://``) are not
+    checked: their permissions show only on a write.
+
+    Raises
+    ------
+    PathNotWritableError
+    """
+    loc = locate(path)
+    if loc.space:
+        return
+    probe = _nearest_existing(loc.path)
+    if probe and os.path.isdir(probe) and not os.access(probe, os.W_OK | os.X_OK):
+        raise PathNotWritableError(what, path, path if probe == loc.path else probe)
+
+
 def check_output_location(path: str, what: str = "output.path", *,
                           inputs: Iterable[Tuple[str, str]] = (),
                           keep_apart: Iterable[Tuple[str, str]] = (),
@@ -262,6 +290,8 @@ def check_output_location(path: str, what: str = "output.path", *,
     ------
     OutputOverlapError
         Naming the setting, the value, what it overlaps and the fix.
+    PathNotWritableError
+        When the folder (or where it would be made) cannot be written.
     """
     out = locate(path)
     new = "point it at a folder of its own, e.g. work/<job name>/dataset"
@@ -281,6 +311,7 @@ def check_output_location(path: str, what: str = "output.path", *,
     for name, other in keep_out:
         if locate(other).within(out):
             raise _overlap(what, path, f"it holds {name} '{other}'", f"{new}, not a folder that holds {name}")
+    check_writable(path, what)
 
 
 def _apart(out: Location, what: str, path: str, name: str, other: str, fix: str) -> None:
@@ -369,21 +400,20 @@ def _source_path(cfg: JobPaths, embedded: Collection[str]) -> Optional[str]:
 
 def check_store_location(store: str, what: str = "train.store", *, dataset: Optional[str] = None,
                          source: Optional[str] = None) -> None:
-    """Refuse a training store at ``/``, the current or home directory, inside the dataset or the source, or
-    at (or under) a local path that is a file.
+    """Refuse a training store at ``/``, the current or home directory, inside the dataset or the source,
+    at (or under) a local path that is a file, or in a local folder this process cannot write.
 
     Raises
     ------
     OutputOverlapError
+    PathNotWritableError
     """
     loc = locate(store)
     fix = "point it at a folder of its own, e.g. work/store"
     if loc.path == "/":
         raise OutputOverlapError(what, store, f"it is the root of {loc.space or 'the filesystem'}; {fix}")
     if not loc.space:
-        probe = loc.path
-        while probe and not os.path.exists(probe) and os.path.dirname(probe) != probe:
-            probe = os.path.dirname(probe)  # the nearest part of the path that exists must be a folder
+        probe = _nearest_existing(loc.path)  # the nearest part of the path that exists must be a folder
         if probe and os.path.exists(probe) and not os.path.isdir(probe):
             raise OutputOverlapError(what, store, f"'{probe}' is a file, not a folder, so no run folder can be "
                                                   f"made there. Fix: {fix}")
@@ -395,6 +425,7 @@ def check_store_location(store: str, what: str = "train.store", *, dataset: Opti
         if other and loc.within(locate(other)):
             raise OutputOverlapError(what, store, f"it lies inside {name} '{other}', which preprocess replaces or "
                                                   f"reads whole. Fix: {fix}, outside it")
+    check_writable(store, what)
 
 
 def check_job_paths(cfg: JobPaths, stages: Sequence[str] = ("preprocess", "train"), *, with_source: bool = True,
@@ -444,4 +475,4 @@ def check_job_paths(cfg: JobPaths, stages: Sequence[str] = ("preprocess", "train
 
 __all__ = ["COMMIT_FORMAT", "GEN_FORMAT", "GEN_MARKER", "GEN_PREFIX", "MARKERS", "JobPaths", "is_marker",
            "Location", "check_job_paths", "check_output_location", "check_replaceable",
-           "check_store_location", "locate", "mlflow_paths"]
+           "check_store_location", "check_writable", "locate", "mlflow_paths"]

@@ -173,10 +173,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         explicit = self.isSet(self.runId)
         run_id = run_id or (self.getRunId() if explicit else plan_mod.new_run_id())
         store = self._store_uri()
-        from sparktrain.data.guard import check_store_location
-
-        root = getattr(dataset, "path", dataset)
-        check_store_location(store, "store", dataset=os.fspath(root) if isinstance(root, (str, os.PathLike)) else None)
+        self._check_store(dataset)
         stored = plan_mod.existing_run(store, run_id, explicit)
         try:
             return self._plan(dataset, run_id, store, stored)
@@ -184,6 +181,14 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             if stored is None:
                 plan_mod.discard(store, run_id)  # a DataFrame written for this new run, nothing else
             raise
+
+    def _check_store(self, dataset: Any) -> None:
+        """Refuse a store that is a file, overlaps the dataset or cannot be written (before anything is written)."""
+        from sparktrain.data.guard import check_store_location
+
+        root = getattr(dataset, "path", dataset)
+        check_store_location(self._store_uri(), "store",
+                             dataset=os.fspath(root) if isinstance(root, (str, os.PathLike)) else None)
 
     def _plan(self, dataset: Any, run_id: str, store: str, stored: Optional[Dict[str, Any]]) -> TrainingPlan:
         label = self.getLabelCol()
@@ -249,6 +254,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
         explicit = self.isSet(self.runId)
         run_id = self.getRunId() if explicit else plan_mod.new_run_id()
+        self._check_store(dataset)  # before the claim writes the run's lease: a file or read-only store is named
         with RunStore(self._store_uri(), run_id).claim():  # one job per run (sparktrain.data.lease)
             return self._fit_claimed(dataset, run_id)
 
@@ -271,6 +277,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         result.plan_s = planned
         self.last_launch = result
         _check_finite(result.history, plan.run_id, self.getLearningRate())
+        _warn_past_epochs(result.history, plan.run_id, plan.spec.optim.epochs)
         model = self.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result
         return model
@@ -362,6 +369,19 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             invalid=invalid_row(frame.numeric, frame.categorical, frame.vectors) if handle != "error" else None,
             invalid_rows=content.get("invalid_rows", 0), invalid_cols=content.get("invalid"))
         return train_path, val_path, data_fp, entry, frame
+
+
+def _warn_past_epochs(history: Sequence[Dict[str, float]], run_id: str, epochs: int) -> None:
+    """Warn when a resumed run had already trained more epochs than asked for (its model is returned as is).
+
+    ``epochs`` is not part of a run's fingerprint (more epochs continue the run), so fewer is no
+    :class:`~sparktrain.errors.RunMismatchError`; but the model returned is not the one asked for.
+    """
+    if len(history) > epochs:
+        warnings.warn(f"run {run_id!r} had already trained {len(history)} epochs, more than epochs={epochs}: fit "
+                      f"returned its {len(history)}-epoch model, not trained back to {epochs} epochs. To train "
+                      f"{epochs} epochs afresh, fit with a new runId (or unset runId: every fit() is then a new "
+                      f"run)", UserWarning, stacklevel=4)
 
 
 def _check_finite(history: Sequence[Dict[str, float]], run_id: str, learning_rate: float) -> None:

@@ -34,7 +34,7 @@ from sparktrain.errors import TrainingError, TrainingStalledError
 from sparktrain.train._executor.channel import sign
 from sparktrain.train._executor.gang import GANG_SCHEMA, make_gang_task
 from sparktrain.train._executor.spec import WorkerSpec
-from sparktrain.train.launcher import LaunchResult, worker_error
+from sparktrain.train.launcher import LaunchResult, died_ranks, is_echo, worker_error
 from sparktrain.train.progress import ProgressServer
 from sparktrain.train.resources import training_profile
 from sparktrain.train.watchdog import StallWatchdog
@@ -219,6 +219,10 @@ class Gang:
         failed = [r["error"] for r in trial.results.values() if not r.get("ok")]
         if len(trial.results) < self.n and failed:  # the gang was stopped for it: its own error, not the cancel
             first = _root_cause(spec) or min(failed, key=lambda e: e.get("rank", 0))
+            # a rank whose Python worker died reports nothing: its peers' "connection closed" must not be blamed
+            dead = died_ranks(self.spark, self.group, self.n) if is_echo(first) else {}
+            if any(r != first.get("rank") for r in dead):
+                raise worker_error(self.error or RuntimeError(str(first.get("message"))), first, died=dead)
             raise TrainingError(first.get("message", "worker failed"), rank=first.get("rank"),
                                 host=first.get("host"), remote_traceback=first.get("traceback", ""))
         if len(trial.results) < self.n:  # the stage ended under the trial
@@ -229,7 +233,8 @@ class Gang:
             if self.killed and not failed:
                 raise TrainingError(f"gang {self.id} was stopped ({self.killed}) during run {spec.run_id}",
                                     rank=None, host=None) from cause
-            raise worker_error(cause, _root_cause(spec) or (failed[0] if failed else None)) from cause
+            raise worker_error(cause, _root_cause(spec) or (failed[0] if failed else None),
+                               died=died_ranks(self.spark, self.group, self.n)) from cause
         failed = [r for r in trial.results.values() if not r.get("ok")]
         if failed:
             first = _root_cause(spec) or min((r["error"] for r in failed), key=lambda e: e.get("rank", 0))

@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 
 _MARKER_RE = re.compile(re.escape(ERROR_MARKER) + r"(.*?)" + re.escape(ERROR_MARKER), re.S)
 _LOST_TASK_RE = re.compile(r"(?:Lost task|Task) (\d+)(?:\.\d+)? in stage")
+#: what a rank's collective raises when a peer's process is gone: the echo of the peer's failure, not the cause
+_ECHO_RE = re.compile(r"connection (?:closed|reset) by peer|broken pipe|socket closed|connection refused", re.I)
+#: Spark's words for a task whose Python worker process died (no Python error of its own)
+_DIED_RE = re.compile(r"exited unexpectedly|crashed|EOFError")
+_DIED_HINT = (" (the Python worker process died, e.g. killed for memory or by os._exit; "
+              "raise spark.task.maxFailures, or use local[N,F] locally, to let training resume "
+              "from its last checkpoint)")
 
 
 @dataclass
@@ -206,7 +213,8 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
             n_tasks = spec.num_workers
             watchdog = StallWatchdog(spec.num_workers, spec.failure.stall_timeout_s,
                                      on_stall=lambda info: spark_compat.cancel_group(spark, group),
-                                     task_state=lambda rank: spark_compat.task_state(spark, group, rank, n_tasks))
+                                     task_state=lambda rank: spark_compat.task_state(spark, group, rank, n_tasks),
+                                     run=spec.run_id)  # every rank's events carry it; the stall error names it
             server.listeners.append(watchdog)
         spec = replace(spec, failure=replace(spec.failure, max_attempts=spark_compat.task_max_failures(spark)),
                        launch_id=uuid.uuid4().hex[:12])
@@ -232,7 +240,8 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
                 cause = _root_cause(spec) or {}
                 raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "
                                  f"slots, {slots.free} free", slots.free) from exc
-            raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None)) from exc
+            raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None),
+                               died=died_ranks(spark, group, n)) from exc
         except BaseException:  # Ctrl-C in a notebook or a shell: the ranks must not train on, unseen
             _stop_stage(spark, group, spec.run_id)
             raise
@@ -290,8 +299,42 @@ def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:
     return failures[0] if failures else None
 
 
-def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> TrainingError:
-    """Rebuild the worker's failure (rank, host, traceback) from what reached the driver."""
+def died_ranks(spark, group: str, num_workers: int) -> Dict[int, Dict[str, str]]:
+    """Ranks of ``group``'s barrier stage whose Python worker died, with Spark's reason and the host.
+
+    Such a rank reports nothing itself: only Spark knows (``{}`` where its status store cannot say).
+    """
+    try:
+        failed = spark_compat.failed_tasks(spark, group, num_workers)
+    except Exception as exc:  # noqa: BLE001 - advisory: the reported errors still name a rank
+        log.debug("status store: %s", exc)
+        return {}
+    return {rank: dict(f, message=f["message"].strip().splitlines()[0][:500])
+            for rank, f in failed.items() if f["message"].strip() and _DIED_RE.search(f["message"])}
+
+
+def is_echo(reported: Optional[Mapping[str, Any]]) -> bool:
+    """Whether a rank's reported error is a collective's connection closed/reset by a peer (the peer's echo)."""
+    return reported is not None and bool(_ECHO_RE.search(str(reported.get("message", ""))))
+
+
+def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]],
+                 died: Optional[Mapping[int, Mapping[str, str]]] = None) -> TrainingError:
+    """Rebuild the worker's failure (rank, host, traceback) from what reached the driver.
+
+    ``reported`` is the earliest error a rank reported; ``died`` the ranks whose Python worker
+    died (:func:`died_ranks`).  A dead rank reports nothing, and its peers' collectives fail with
+    "connection closed by peer": when the reported error is such an echo, the dead rank is named.
+    """
+    dead = {r: d for r, d in (died or {}).items() if not reported or r != reported.get("rank")}
+    if dead and (not reported or is_echo(reported)):
+        lost_rank = min(dead)
+        message = f"the Python worker of rank {lost_rank} died: {dead[lost_rank]['message']}{_DIED_HINT}"
+        if reported:
+            message += (f". Rank {reported.get('rank')}'s error is only the echo of it: "
+                        f"{reported.get('message', '')}")
+        return _training_error(message, rank=lost_rank, host=dead[lost_rank].get("host") or None,
+                               remote_traceback=(reported or {}).get("traceback") or _tail(str(exc)))
     if reported and reported.get("traceback"):
         return _training_error(reported.get("message", "worker failed"), rank=reported.get("rank"),
                                host=reported.get("host"), remote_traceback=reported["traceback"])
@@ -309,11 +352,7 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]]) -> Trai
                                host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
     lost = _LOST_TASK_RE.search(text)
     rank = int(lost.group(1)) if lost else None
-    hint = ""
-    if "crashed" in text or "exited unexpectedly" in text or "EOFError" in text:
-        hint = (" (the Python worker process died, e.g. killed for memory or by os._exit; "
-                "raise spark.task.maxFailures, or use local[N,F] locally, to let training resume "
-                "from its last checkpoint)")
+    hint = _DIED_HINT if _DIED_RE.search(text) else ""
     summary = text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
     return _training_error(summary + hint, rank=rank, host=None, remote_traceback=_tail(text))
 

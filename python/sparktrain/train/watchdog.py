@@ -109,7 +109,7 @@ class StallWatchdog:
         return {"rank": culprit, "host": s.get("host"), "epoch": s.get("epoch"), "step": s.get("step"),
                 "phase": s.get("phase"), "seconds": round(ages[culprit], 1),
                 "silent": silent[culprit], "detected_at": now, "progress_at": s["progress"],
-                "spark_task": self.asked.get(culprit)}
+                "spark_task": self.asked.get(culprit), "run": self.run}
 
     def _blame(self, rank: int, silent: bool, age: float, limit: float) -> bool:
         """Whether an overdue ``rank`` is stalled; a silent one only after asking Spark about its task."""
