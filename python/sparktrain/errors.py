@@ -9,7 +9,7 @@ one names the offending key/column/parameter, the value received and the fix.
 from __future__ import annotations
 
 import difflib
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 
 class SparktrainError(Exception):
@@ -146,6 +146,24 @@ class TrainingError(SparktrainError, RuntimeError):
 
 class TrackingError(SparktrainError, RuntimeError):
     """The MLflow tracking server or registry cannot be used."""
+
+
+class TrackingDownError(TrackingError):
+    """The tracking server stopped answering after the work was done; the model is safe in the store.
+
+    Attributes
+    ----------
+    reason : str
+        What the failed MLflow call said (first line).
+    run_dir : str or None
+        The store folder that ``sparktrain register --from-store`` takes to finish the tracking.
+    result : object
+        What the stage produced before the outage (a search's ``SearchResult``), or None.
+    """
+
+    def __init__(self, message: str, reason: str = "", run_dir: Optional[str] = None, result: Any = None) -> None:
+        super().__init__(message)
+        self.reason, self.run_dir, self.result = reason, run_dir, result
 
 
 class ModelNotFoundError(TrackingError, LookupError):

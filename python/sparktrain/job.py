@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from sparktrain._internal.secrets import mask_value
 from sparktrain.config import JobConfig
 from sparktrain.datasets import EMBEDDED
-from sparktrain.errors import ConfigError, TrackingError
+from sparktrain.errors import ConfigError, TrackingDownError
 from sparktrain.features.sections import DataConfig
 from sparktrain.session import get_or_create_session
 from sparktrain.train.result import TrainResult
@@ -163,9 +163,18 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
             dataset = _dataset_path(result.preprocess, cfg)
             with _stage(tracker, "tune") as run:
                 t0 = time.perf_counter()
-                result.tune = tune_stage(spark, cfg, dataset, parent_run_id=run.run_id if run is not None else None,
-                                         tracking_uri=tracker.uri if tracker is not None else None,
-                                         embedded=EMBEDDED)
+                try:
+                    result.tune = tune_stage(spark, cfg, dataset,
+                                             parent_run_id=run.run_id if run is not None else None,
+                                             tracking_uri=tracker.uri if tracker is not None else None,
+                                             embedded=EMBEDDED)
+                except TrackingDownError as exc:  # the search's table still prints; the job's runs are left
+                    if tracker is not None:
+                        tracker.mark_down(exc.reason)
+                    if exc.result is not None:
+                        _print("== tune")
+                        _print(format_trials(exc.result))
+                    raise
                 result.seconds["tune"] = time.perf_counter() - t0
             _print("== tune")
             _print(format_trials(result.tune))
@@ -217,7 +226,6 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
     answer, the rest of the job's MLflow calls are skipped and the error says
     where the model is and the one command that finishes the tracking.
     """
-    from sparktrain.track.params import mask_url_password
     from sparktrain.track.stages import log_training
 
     try:
@@ -229,15 +237,9 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
         try:
             tracker.check_alive(timeout=5.0)
         except Exception:  # noqa: BLE001 - the server is down: that is the error to report
-            tracker.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
-            run_dir = saved.rstrip("/").rsplit("/", 1)[0]
-            raise TrackingError(
-                f"the MLflow tracking server at {mask_url_password(tracker.uri)} stopped answering after training "
-                f"({tracker.down}). Nothing is lost: the trained model is in the store at {saved}. When the "
-                f"server is back, finish the tracking (metrics, model, registry and alias rules) with:\n"
-                f"  sparktrain register --from-store {run_dir} --tracking-uri {mask_url_password(tracker.uri)}"
-                + (" (the password in place of ***)" if mask_url_password(tracker.uri) != tracker.uri else "")
-            ) from exc
+            from sparktrain.track.bundle import tracking_down_error
+
+            raise tracking_down_error(tracker, exc, saved, "after training") from exc
         raise
 
 

@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 BUNDLE_FILE = "bundle.json"
 MODEL_FILE = "model.json"
 FORMAT = "sparktrain.bundle/1"
+#: set on the MLflow run a ``register --from-store`` logged the model to (value: the bundle folder)
+REGISTERED_TAG = "sparktrain.registered_from_store"
 
 
 def model_dir(store: str, run_id: str) -> str:
@@ -230,9 +232,12 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     body = read_bundle(run_dir)
     folder = body["_dir"]
     cfg = parse_config(body["config"])
-    model = load_model(folder, body.get("files"))
     uri = tracking_uri or _stored_tracking_uri(cfg.tracking.uri)
     tracker = JobTracker(cfg, uri=uri)  # preflight: still down -> a clear error, nothing changes
+    done = already_registered(tracker.client, tracker.experiment_id, cfg, folder, body.get("mlflow_run_id"))
+    if done is not None:
+        return done
+    model = load_model(folder, body.get("files"))
     run_id = body.get("mlflow_run_id")
     run = None
     if run_id:
@@ -253,9 +258,85 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     if parent:
         tracker.parent = StageRun(tracker.client, parent, cfg.name)
     registered = log_training(tracker, run, spark, cfg, result, body["dataset"], callback, embedded=embedded)
-    tracker.client.set_tag(run.run_id, "sparktrain.registered_from_store", folder)
+    tracker.client.set_tag(run.run_id, REGISTERED_TAG, folder)
     tracker.end_run(run.run_id, "FINISHED")
     if parent:
         tracker.end_run(parent, "FINISHED")
     tracker.parent = None
     return registered
+
+
+def already_registered(client: Any, experiment_id: str, cfg: Any, folder: str,
+                       run_id: Optional[str] = None) -> Any:
+    """The RegisteredVersion the bundle at ``folder`` already has, or None.
+
+    An earlier ``register --from-store`` tagged its run ``sparktrain.registered_from_store = <folder>``
+    after logging the model, and a job whose tracking did not fail registered the bundle's own run
+    (``run_id``): a version of ``tracking.model_name`` from either run is the bundle's.  A second call
+    then changes nothing and logs ``already registered as vN``.
+    """
+    from sparktrain.track.registry import RegisteredVersion
+
+    quoted = folder.replace("\\", "\\\\").replace("'", "\\'")
+    tagged = [r.info.run_id for r in client.search_runs([experiment_id], f"tags.`{REGISTERED_TAG}` = '{quoted}'",
+                                                        order_by=["attributes.start_time DESC"])]
+    name = cfg.tracking.model_name
+    for rid in [*tagged, *([run_id] if run_id else [])]:
+        versions = [v for v in client.search_model_versions(f"run_id = '{rid}'") if v.name == name]
+        if cfg.tracking.register and versions:
+            mv = max(versions, key=lambda v: int(v.version))
+            log.info("%s is already registered as v%s of '%s' (MLflow run %s); nothing logged again", folder,
+                     mv.version, name, rid)
+            return RegisteredVersion(name=name, version=int(mv.version), model_uri=f"models:/{name}/{mv.version}",
+                                     logged_model_uri=mv.source, run_id=rid,
+                                     metric=mv.tags.get("sparktrain.score_metric"),
+                                     score=_float(mv.tags.get("sparktrain.score")),
+                                     champion=_alias_version(client, name) == int(mv.version))
+    if tagged and not cfg.tracking.register:
+        log.info("%s is already logged on MLflow run %s (tracking.register is off); nothing logged again", folder,
+                 tagged[0])
+        uri = f"runs:/{tagged[0]}/model"
+        return RegisteredVersion(name=None, version=None, model_uri=uri, logged_model_uri=uri, run_id=tagged[0],
+                                 metric=None, score=None)
+    return None
+
+
+def _alias_version(client: Any, name: str) -> Optional[int]:
+    """The version ``champion`` points at, or None."""
+    from mlflow.exceptions import MlflowException
+
+    from sparktrain.track.registry import CHAMPION
+
+    try:
+        return int(client.get_model_version_by_alias(name, CHAMPION).version)
+    except MlflowException:
+        return None
+
+
+def _float(text: Optional[str]) -> Optional[float]:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
+def tracking_down_error(tracker: Any, exc: BaseException, saved: str, when: str, result: Any = None) -> Any:
+    """Mark ``tracker`` down and build the :class:`~sparktrain.errors.TrackingDownError` for a model saved at ``saved``.
+
+    ``saved`` is the model folder :func:`save_bundle` wrote (``<store>/<run>/model``); the error
+    names the tracking URI (password masked) and the one command that finishes the tracking:
+    ``sparktrain register --from-store <store>/<run> --tracking-uri URI``.  ``when`` says what had
+    finished (``after training``).  The caller raises it ``from exc``.
+    """
+    from sparktrain.errors import TrackingDownError
+    from sparktrain.track.params import mask_url_password
+
+    tracker.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+    run_dir = saved.rstrip("/").rsplit("/", 1)[0]
+    uri = mask_url_password(tracker.uri)
+    return TrackingDownError(
+        f"the MLflow tracking server at {uri} stopped answering {when} ({tracker.down}). Nothing is lost: the "
+        f"trained model is in the store at {saved}. When the server is back, finish the tracking (metrics, model, "
+        f"registry and alias rules) with:\n  sparktrain register --from-store {run_dir} --tracking-uri {uri}"
+        + (" (the password in place of ***)" if uri != tracker.uri else ""),
+        reason=tracker.down or "", run_dir=run_dir, result=result)

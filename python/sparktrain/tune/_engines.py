@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import os
-from typing import Any, Dict, Literal, Optional, Tuple
+from typing import Any, Callable, Dict, Literal, Optional, Tuple
 
 import numpy as np
 
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: where a study's journal lives under ``train.store`` by default
 STUDIES_DIR = "_studies"
+#: the Optuna user attribute holding a trial's run folder name in ``train.store``
+STORE_RUN_ATTR = "store_run"
 
 
 class Engine:
@@ -289,6 +291,9 @@ class OptunaEngine(Engine):
         Part of the default study name.
     tracking_uri : str, optional
         Refused as ``tune.storage`` (see :func:`study_storage`).
+    run_id_of : callable, optional
+        Trial number -> its run folder in ``train.store``, kept as the trial's user attribute
+        ``store_run`` (a continued search finds an earlier best trial's model there).
 
     Raises
     ------
@@ -299,12 +304,13 @@ class OptunaEngine(Engine):
     name = "optuna"
 
     def __init__(self, space: CompiledSpace, cfg: JobConfig, goal: str, seed: int = 0,
-                 dataset_path: Optional[str] = None, tracking_uri: Optional[str] = None) -> None:
+                 dataset_path: Optional[str] = None, tracking_uri: Optional[str] = None,
+                 run_id_of: Optional[Callable[[int], str]] = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the loop logs every trial itself
         tune: TuneConfig = cfg.tune  # type: ignore[assignment]
-        self.space, self.tune = space, tune
+        self.space, self.tune, self.run_id_of = space, tune, run_id_of
         self.study_name = study_name(cfg, dataset_path)
         storage, where = study_storage(cfg, self.study_name, tracking_uri)
         self.where = mask_value(where)  # for messages and the search's settings: a database URL's password stays out
@@ -389,6 +395,8 @@ class OptunaEngine(Engine):
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         trial.set_user_attr("train_params", json.dumps(params, default=list))
+        if self.run_id_of is not None:
+            trial.set_user_attr(STORE_RUN_ATTR, self.run_id_of(trial.number + 1))
         return trial.number + 1, trial, params
 
     def report(self, handle: Any, epoch: int, value: float) -> bool:
@@ -423,13 +431,14 @@ class OptunaEngine(Engine):
 
 
 def make_engine(space: CompiledSpace, cfg: JobConfig, goal: str, seed: int, dataset_path: Optional[str],
-                tracking_uri: Optional[str] = None) -> Engine:
-    """The engine ``tune.engine`` names."""
+                tracking_uri: Optional[str] = None, run_id_of: Optional[Callable[[int], str]] = None) -> Engine:
+    """The engine ``tune.engine`` names (``run_id_of``: see :class:`OptunaEngine`)."""
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]
     if tune.engine == "optuna":
-        return OptunaEngine(space, cfg, goal, seed=seed, dataset_path=dataset_path, tracking_uri=tracking_uri)
+        return OptunaEngine(space, cfg, goal, seed=seed, dataset_path=dataset_path, tracking_uri=tracking_uri,
+                            run_id_of=run_id_of)
     return HyperoptEngine(space, goal, algo=tune.effective_sampler, seed=seed)
 
 
 __all__ = ["Engine", "HyperoptEngine", "OptunaEngine", "check_pruning", "check_sampler", "make_engine",
-           "max_epochs", "min_trials", "study_name", "study_storage", "STUDIES_DIR"]
+           "max_epochs", "min_trials", "study_name", "study_storage", "STUDIES_DIR", "STORE_RUN_ATTR"]

@@ -163,10 +163,13 @@ class TrialTracker(Listener):
             self.client.log_artifact(self.parent_run_id, path, "tune")
 
     def close(self, failed: bool = False) -> None:
-        """Flush, and end the parent run when this tracker created it."""
+        """Flush, and end the parent run when this tracker created it (not when the server stopped answering)."""
         self.flush()
         self._pool.shutdown(wait=True)
-        if self.owns_parent:
+        if self.job.down is not None:
+            log.warning("not ending MLflow run %s: the tracking server is down (%s)", self.parent_run_id,
+                        self.job.down)
+        elif self.owns_parent:
             self.job.end_run(self.parent_run_id, status="FAILED" if failed else "FINISHED")
 
 

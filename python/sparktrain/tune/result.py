@@ -116,6 +116,16 @@ class SearchResult:
         The Optuna study's name (it persists; a rerun continues it).
     previous_trials : int
         Trials the continued study held before this search (they are not in ``trials``).
+    model_dir : str or None
+        Where the best trial's model was kept in the store (``<train.store>/<run>/model``;
+        ``sparktrain register --from-store <train.store>/<run>`` takes its parent folder).
+        None for a custom objective or a dataset not written by ``sparktrain preprocess``.
+    study_best_number, study_best_metric : int or float or None
+        Set when a continued Optuna study's best trial ran in an earlier search and beats
+        every trial of this one (``best_*`` always describe this search's trials).
+    registered_number : int or None
+        The trial whose model was registered as ``model_version``: the study's best when
+        its model is in the store, else this search's best.
     """
 
     trials: Tuple[TrialRecord, ...]
@@ -137,6 +147,10 @@ class SearchResult:
     engine: str = "hyperopt"
     study: Optional[str] = None
     previous_trials: int = 0
+    model_dir: Optional[str] = None
+    study_best_number: Optional[int] = None
+    study_best_metric: Optional[float] = None
+    registered_number: Optional[int] = None
 
     def table(self) -> List[Dict[str, Any]]:
         """Rows of plain values (``pandas.DataFrame(result.table())`` for a frame)."""
@@ -175,9 +189,15 @@ def format_trials(result: SearchResult, max_error: int = 60) -> str:
         summary += f"; stopped early ({why.get(result.stop_reason or '', 'no improvement')})"
     if result.test_metrics:
         summary += "; best model on test: " + ", ".join(f"{k} = {v:.4f}" for k, v in result.test_metrics.items())
+    if result.study_best_number is not None and result.study_best_metric is not None:
+        summary += (f"; the study's best is trial {result.study_best_number} of an earlier search "
+                    f"({result.metric} = {result.study_best_metric:.5g}), better than this search's best")
     if result.model_version:
         moved = "alias champion -> this version" if result.model_champion else "champion unchanged (not better)"
-        summary += f"; registered as version {result.model_version} ({moved})"
+        which = "" if result.registered_number is None else f" from trial {result.registered_number}"
+        summary += f"; registered{which} as version {result.model_version} ({moved})"
+    if result.model_dir:
+        summary += f"; best model kept in {result.model_dir}"
     return "\n".join([*lines, summary])
 
 

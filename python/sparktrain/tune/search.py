@@ -128,8 +128,9 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     runner: Any = None
     try:
         runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
+        run_id_of = getattr(getattr(runner, "plan", None), "run_id", None)  # a trial's run folder (training)
         engine = make_engine(space, cfg, goal, seed=(cfg.train.seed if cfg.train else 0), dataset_path=dataset_path,
-                             tracking_uri=tracking_uri)
+                             tracking_uri=tracking_uri, run_id_of=run_id_of)
         to_run = tune.max_trials - engine.previous
         log.info("tuning %s over %s: %d trials, mode %s, %d at a time, %s %s%s (%simize %s)", cfg.name,
                  describe(space), to_run, mode, concurrency, tune.engine, tune.effective_sampler,
@@ -146,36 +147,117 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
             raise TuneError(_all_failed_message(records))
         best_record, best_outcome = loop.best
         best_record = next(r for r in records if r.number == best_record.number)  # with its run id
+        from sparktrain.tune._keep import keep_model, study_best
         from sparktrain.tune._training import materialize_model
 
         model = materialize_model(best_outcome.model if best_outcome else None)
         test = _test_metrics(spark, model, dataset_path)
+        # the best model goes to its run folder in the store before any MLflow call: an outage cannot lose it
+        saved = keep_model(cfg, best_record, model, test, dataset_path, best_record.run_id)
+        earlier = study_best(engine, records, cfg.train.store if cfg.train else None)
         result = SearchResult(
             trials=tuple(records), best_params=dict(best_record.params), best_metric=float(best_record.metric),
             best_number=best_record.number, best_model=model, test_metrics=test, metric=tune.metric, goal=goal,
             mode=mode, concurrency=concurrency, stopped_early=loop.stopped_early, stop_reason=loop.stop_reason,
             seconds=time.perf_counter() - t0, parent_run_id=tracker.parent_run_id if tracker else None,
-            engine=engine.name, study=getattr(engine, "study_name", None), previous_trials=engine.previous)
+            engine=engine.name, study=getattr(engine, "study_name", None), previous_trials=engine.previous,
+            model_dir=saved, study_best_number=earlier.number if earlier else None,
+            study_best_metric=earlier.metric if earlier else None)
+        if earlier is not None:
+            _warn_earlier_best(cfg, result, earlier)
         if tracker is not None:
-            settings = {"mode": mode, "max_trials": tune.max_trials, "parallelism": concurrency,
-                        "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
-                        "trial_timeout_s": tune.trial_timeout_s, "time_budget_s": tune.time_budget_s,
-                        "stop_at": tune.stop_at, "stop_reason": loop.stop_reason, **engine.settings()}
-            tracker.log_summary(records, tune.metric, goal, settings, best_run_id=best_record.run_id, test=test)
-            if (model is not None and dataset_path is not None and best_record.run_id
-                    and (cfg.tracking.register if register is None else register)):
-                from sparktrain.tune._tracking import register_best
-
-                registered = register_best(spark, tracker, cfg, model, dataset_path, best_record.run_id,
-                                           {**best_record.metrics, **test}, embedded=embedded)
-                if registered is not None:
-                    result = replace(result, model_version=registered[0], model_champion=registered[1])
+            try:
+                result = _track_search(spark, tracker, cfg, result, loop, engine, best_record, earlier,
+                                       dataset_path, register, embedded)
+            except Exception as exc:
+                down = _tracking_down(tracker, exc, saved, result)
+                if down is None:
+                    raise
+                raise down from exc
         failed = False
         return result
     finally:
         _close_runner(runner)
         if tracker is not None:
             tracker.close(failed=failed)
+
+
+def _track_search(spark, tracker: Any, cfg: JobConfig, result: SearchResult, loop: SearchLoop, engine: Any,
+                  best_record: TrialRecord, earlier: Any, dataset_path: Optional[str], register: Optional[bool],
+                  embedded: Optional[Embedded]) -> SearchResult:
+    """The search's summary on its MLflow run, then the best model registered; returns ``result`` with its version.
+
+    The model registered is the study's best: an earlier search's trial when
+    its model is in the store (``earlier.model``), else this search's best.
+    """
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]
+    settings = {"mode": result.mode, "max_trials": tune.max_trials, "parallelism": result.concurrency,
+                "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
+                "trial_timeout_s": tune.trial_timeout_s, "time_budget_s": tune.time_budget_s,
+                "stop_at": tune.stop_at, "stop_reason": loop.stop_reason, **engine.settings()}
+    tracker.log_summary(list(result.trials), tune.metric, result.goal, settings, best_run_id=best_record.run_id,
+                        test=result.test_metrics)
+    if not (cfg.tracking.register if register is None else register) or dataset_path is None:
+        return result
+    from sparktrain.tune._tracking import register_best
+
+    number, model, run_id, metrics = (result.best_number, result.best_model, best_record.run_id,
+                                      {**best_record.metrics, **result.test_metrics})
+    if earlier is not None and earlier.model is not None and earlier.mlflow_run_id:
+        from sparktrain.track.bundle import already_registered
+
+        number, model, run_id, metrics = earlier.number, earlier.model, earlier.mlflow_run_id, dict(earlier.metrics)
+        done = already_registered(tracker.client, tracker.experiment_id, cfg, f"{earlier.run_dir}/model", run_id)
+        if done is not None and done.version is not None:  # its own search registered it: no second version
+            return replace(result, model_version=str(done.version), model_champion=done.champion,
+                           registered_number=number)
+        log.info("registering the study's best, trial %d (%s = %.5g), from its run folder %s", number,
+                 tune.metric, earlier.metric, earlier.run_dir)
+    if model is None or not run_id:
+        return result
+    registered = register_best(spark, tracker, cfg, model, dataset_path, run_id, metrics, embedded=embedded)
+    if registered is None:
+        return result
+    return replace(result, model_version=registered[0], model_champion=registered[1], registered_number=number)
+
+
+def _warn_earlier_best(cfg: JobConfig, result: SearchResult, earlier: Any) -> None:
+    """Log, loudly, that a continued study's best trial ran in an earlier search, and what becomes of its model."""
+    from sparktrain.tune._keep import retrain_hint
+
+    head = (f"study '{result.study}': its best trial is trial {earlier.number} ({result.metric} = "
+            f"{earlier.metric:.5g}) from an earlier search, better than this search's best, trial "
+            f"{result.best_number} ({result.metric} = {result.best_metric:.5g})")
+    if earlier.model is not None and earlier.mlflow_run_id:
+        log.warning("%s; its model is in the store at %s: the study's best is the one registered", head,
+                    earlier.run_dir)
+        return
+    log.warning("%s. Trial %d's model is not in the store (%s: its search ended before keeping it), so the "
+                "model registered is trial %d's, this search's best. To get the study's best model, train "
+                "its params again: %s", head, earlier.number, earlier.run_dir or "no run folder recorded",
+                result.best_number, retrain_hint(cfg.name, earlier.params))
+
+
+def _tracking_down(tracker: Any, exc: Exception, saved: Optional[str], result: SearchResult) -> Optional[Exception]:
+    """The error for a tracking server that stopped answering after the trials; None when it still answers."""
+    from sparktrain.errors import TrackingDownError
+    from sparktrain.track.bundle import tracking_down_error
+    from sparktrain.track.params import mask_url_password
+
+    try:
+        tracker.job.check_alive(timeout=5.0)
+        return None
+    except Exception:  # noqa: BLE001 - the server is down: that is the error to report
+        pass
+    if saved is not None:
+        return tracking_down_error(tracker.job, exc, saved, f"after the search (best: trial {result.best_number})",
+                                   result=result)
+    tracker.job.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+    return TrackingDownError(
+        f"the MLflow tracking server at {mask_url_password(tracker.uri)} stopped answering after the search "
+        f"({tracker.job.down}). The trials' results are in the search's table (best: trial {result.best_number}); "
+        "no model was kept in the store (a custom objective, or a dataset not written by `sparktrain preprocess`), "
+        "so run the search again once the server is back", reason=tracker.job.down or "", result=result)
 
 
 def _close_runner(runner: Any) -> None:
