@@ -229,11 +229,7 @@ def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[st
         return None
     sc = spark.sparkContext
     tracker = sc.statusTracker()
-    stages = set()
-    for job in tracker.getJobIdsForGroup(group):
-        info = tracker.getJobInfo(job)
-        if info is not None:
-            stages.update(info.stageIds)
+    stages = _group_stages(tracker, group)
     store = sc._jsc.sc().statusStore()  # AppStatusStore: per-task status (fed with or without the UI)
     for stage in sorted(stages, reverse=True):
         sinfo = tracker.getStageInfo(stage)
@@ -250,6 +246,15 @@ def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[st
     return None
 
 
+def _group_stages(tracker, group: str) -> set:
+    """The ids of every stage of ``group``'s jobs."""
+    stages: set = set()
+    for job in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(job)
+        if info is not None:
+            stages.update(info.stageIds)
+    return stages
+
 
 def failed_tasks(spark, group: str, num_tasks: int) -> Dict[int, Dict[str, str]]:
     """Spark's reason for each failed task of ``group``'s stages of ``num_tasks`` tasks, every stage attempt.
@@ -264,11 +269,7 @@ def failed_tasks(spark, group: str, num_tasks: int) -> Dict[int, Dict[str, str]]
         return {}
     sc = spark.sparkContext
     tracker = sc.statusTracker()
-    stages = set()
-    for job in tracker.getJobIdsForGroup(group):
-        info = tracker.getJobInfo(job)
-        if info is not None:
-            stages.update(info.stageIds)
+    stages = _group_stages(tracker, group)
     store = sc._jsc.sc().statusStore()
     found: Dict[int, Dict[str, str]] = {}
     for stage in sorted(stages):
