@@ -156,7 +156,7 @@ def test_a_finished_run_fitted_with_fewer_epochs_warns_and_returns_its_model(spa
         fewer = fit(1)
     assert len(fewer.history) == 2 and fewer.history == trained.history
     assert ("run 'done-2' had already trained 2 epochs, more than epochs=1: fit returned its 2-epoch model, not "
-            "trained back to 1 epochs. To train 1 epochs afresh, fit with a new runId") in str(caught[-1].message)
+            "trained back to 1 epoch. To train 1 epoch afresh, fit with a new runId") in str(caught[-1].message)
 
 
 @pytest.mark.torch

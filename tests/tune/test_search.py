@@ -286,6 +286,45 @@ def test_trial_timeout_cancels_its_spark_job_and_the_search_goes_on(spark, tmp_p
     assert all(statuses[t.run_id] == t.status for t in result.trials)
 
 
+def test_an_interrupted_search_stops_its_running_trials_before_it_raises(spark, tmp_path):
+    """Ctrl-C (SIGINT) during a search: every running trial's job is cancelled and its tasks have ended when the
+    KeyboardInterrupt reaches the caller; no trial's Python task goes on working."""
+    import signal
+    import threading
+
+    beats = tmp_path / "beats"
+    beats.mkdir()
+
+    def objective(params):
+        import time as _time
+
+        path = os.path.join(str(beats), f"{params['learning_rate']:.6f}")
+        for _ in range(600):  # a minute of "work", a heartbeat file growing all along
+            with open(path, "a") as fh:
+                fh.write(".")
+            _time.sleep(0.1)
+        return params["learning_rate"]
+
+    def interrupt_once_both_run() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(os.listdir(beats)) < 2:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    cfg = _cfg(tmp_path, tune={"max_trials": 4, "parallelism": 2, "algo": "random",
+                               "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_search(spark, cfg, None, objective=objective)
+        time.sleep(60)  # the interrupt lands here if the search ended first: the checks below fail
+    assert len(os.listdir(beats)) == 2
+    assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
+    sizes = {p: os.path.getsize(beats / p) for p in os.listdir(beats)}
+    time.sleep(1.5)
+    assert {p: os.path.getsize(beats / p) for p in os.listdir(beats)} == sizes  # their tasks have ended
+    assert all(n < 600 for n in sizes.values())
+
+
 def test_early_stopping_after_k_trials_without_improvement(spark, tmp_path):
     def objective(params):
         return 1.0  # never improves on the first result

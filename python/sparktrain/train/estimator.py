@@ -378,10 +378,11 @@ def _warn_past_epochs(history: Sequence[Dict[str, float]], run_id: str, epochs: 
     :class:`~sparktrain.errors.RunMismatchError`; but the model returned is not the one asked for.
     """
     if len(history) > epochs:
+        asked = f"{epochs} epoch" + ("" if epochs == 1 else "s")
         warnings.warn(f"run {run_id!r} had already trained {len(history)} epochs, more than epochs={epochs}: fit "
-                      f"returned its {len(history)}-epoch model, not trained back to {epochs} epochs. To train "
-                      f"{epochs} epochs afresh, fit with a new runId (or unset runId: every fit() is then a new "
-                      f"run)", UserWarning, stacklevel=4)
+                      f"returned its {len(history)}-epoch model, not trained back to {asked}. To train {asked} "
+                      f"afresh, fit with a new runId (or unset runId: every fit() is then a new run)", UserWarning,
+                      stacklevel=4)
 
 
 def _check_finite(history: Sequence[Dict[str, float]], run_id: str, learning_rate: float) -> None:

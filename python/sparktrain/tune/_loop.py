@@ -46,6 +46,8 @@ from sparktrain.tune.space import CompiledSpace
 log = logging.getLogger(__name__)
 
 _RECANCEL_S = 1.0
+#: seconds an interrupted search waits for each running trial's cancelled tasks to end
+_INTERRUPT_WAIT_S = 30.0
 #: seconds between two reads of the running trials' event logs when pruning
 POLL_S = 0.1
 
@@ -207,6 +209,14 @@ class SearchLoop:
             except BaseException:  # Ctrl-C or a bug here: do not leave trials running on the cluster
                 for trial in running.values():
                     spark_compat.cancel_group(self.spark, trial.group)
+                for trial in running.values():  # their tasks end before the caller sees the interrupt
+                    try:
+                        ended = spark_compat.wait_group_ended(self.spark, trial.group, _INTERRUPT_WAIT_S)
+                    except Exception:  # noqa: BLE001 - a stopping context: the first error is the one to see
+                        ended = True
+                    if not ended:
+                        log.warning("trial %d: its Spark tasks still ran %.0f s after the cancel (job group %s)",
+                                    trial.number, _INTERRUPT_WAIT_S, trial.group)
                 raise
         self.records.sort(key=lambda r: r.number)
         return self.records
