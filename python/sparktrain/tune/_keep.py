@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence
 
@@ -66,15 +65,20 @@ def keep_model(cfg: Any, record: TrialRecord, model: Any, test: Mapping[str, flo
     (no model), or a dataset without ``features.json`` (Parquet not written by
     ``sparktrain preprocess``).
     """
+    import pyarrow.fs as pafs
+
+    from sparktrain.data import _fs
     from sparktrain.data.commit import resolve
     from sparktrain.track.bundle import save_bundle
+    from sparktrain.train.inputs import FEATURES_JSON
     from sparktrain.train.evaluate import baseline_name
     from sparktrain.train.result import TrainResult
 
     if model is None or dataset_path is None or cfg.train is None:
         return None
     root = resolve(dataset_path)
-    if not os.path.isfile(os.path.join(root, "features.json")):
+    fs, inner = _fs.resolve(_fs.join(root, FEATURES_JSON))  # a local path or an object store's URI
+    if fs.get_file_info(inner).type != pafs.FileType.File:
         log.info("the best trial's model is not kept in the store: %s has no features.json (not written by "
                  "`sparktrain preprocess`)", root)
         return None
