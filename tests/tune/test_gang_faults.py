@@ -75,3 +75,77 @@ def test_a_dead_rank_resumes_its_trial_and_a_hung_trial_is_killed(tmp_path):
     assert hang[2]["status"] == "KILLED" and "timed out after 20 s" in hang[2]["error"], hang
     assert "gang" in hang[2]["error"]
     assert hang[3]["status"] == hang[4]["status"] == "FINISHED"  # on a new gang
+
+
+_INTERRUPT_SCRIPT = r'''
+import glob, json, os, signal, sys, threading, time
+sys.path.insert(0, {python!r})
+from pyspark.sql import functions as F
+from sparktrain.config import parse_config
+from sparktrain.data.manifest import write_parquet
+from sparktrain.data.run_store import RunStore
+from sparktrain.session import get_or_create_session
+from sparktrain.tune.search import run_search
+
+spark = get_or_create_session("local[2]", conf={{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}})
+root = {root!r}
+df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
+                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
+df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
+write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
+write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+EPOCHS = 60
+
+def events(folder):
+    return RunStore(root + "/store", os.path.basename(folder)).read_events()
+
+def finished(evs):
+    return [e["epoch"] for e in evs if e["event"] == "epoch_finished"]
+
+def interrupt_once_training():  # Ctrl-C once trial 1's gang has finished an epoch
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = glob.glob(root + "/store/tune-*-t001")
+        if runs and finished(events(runs[0])):
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.2)
+
+cfg = parse_config({{"data": {{"label": "label"}}, "tracking": {{"enabled": False}},
+    "train": {{"epochs": EPOCHS, "batch_size": 512, "num_workers": 2, "store": root + "/store", "seed": 2}},
+    "tune": {{"mode": "distributed", "max_trials": 2, "parallelism": 1, "algo": "random",
+             "space": {{"learning_rate": {{"loguniform": [1.0e-3, 3.0e-2]}}}}}}}})
+threading.Thread(target=interrupt_once_training, daemon=True).start()
+try:
+    run_search(spark, cfg, root + "/ds")
+    print("RESULT", json.dumps({{"interrupted": False}}), flush=True)
+except KeyboardInterrupt:
+    sc = spark.sparkContext
+    active_tasks = sum(s.numActiveTasks for s in (sc.statusTracker().getStageInfo(i)
+                                                   for i in sc.statusTracker().getActiveStageIds()) if s)
+    run = glob.glob(root + "/store/tune-*-t001")[0]
+    before = events(run)
+    time.sleep(2.0)
+    after = events(run)
+    print("RESULT", json.dumps({{"interrupted": True, "active_jobs": sc.statusTracker().getActiveJobsIds(),
+                                "active_tasks": active_tasks, "epochs": finished(before), "planned": EPOCHS,
+                                "events_before": len(before), "events_after": len(after)}}), flush=True)
+'''
+
+
+def test_an_interrupted_distributed_search_stops_its_gang_before_it_raises(tmp_path):
+    """Ctrl-C during a trial on a reused gang: the gang's stage (in a job group of its own, not the trial's) is
+    cancelled and its tasks have ended when KeyboardInterrupt reaches the caller. Before, the search waited for
+    the running trial to train all its epochs, and only then closed the gang."""
+    script = _INTERRUPT_SCRIPT.format(python=str(REPO / "python"), root=str(tmp_path))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
+    lines = [json.loads(x.split(" ", 1)[1]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert len(lines) == 1, proc.stdout[-3000:] + proc.stderr[-6000:]
+    out = lines[0]
+    assert out["interrupted"] is True
+    assert out["active_jobs"] == [] and out["active_tasks"] == 0
+    assert 1 <= len(out["epochs"]) < out["planned"], out  # stopped mid-trial, not after all its epochs
+    assert out["events_after"] == out["events_before"]  # no rank wrote anything after the raise
+    assert "trial 1 was interrupted" in proc.stderr

@@ -275,6 +275,10 @@ class Gang:
         if self._thread.is_alive():
             self.kill("did not stop")
             self._thread.join(timeout=10)
+        if self.killed is not None and not spark_compat.wait_group_ended(self.spark, self.group, CLOSE_S):
+            # a cancelled stage ends before its tasks do: the ranks may still hold their slots
+            log.warning("gang %s: its tasks still ran %.0f s after its stage was cancelled (job group %s)", self.id,
+                        CLOSE_S, self.group)
 
 
 def peers_alive(num_workers: int, results: Dict[int, Any], watchdog: StallWatchdog) -> bool:

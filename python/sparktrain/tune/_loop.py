@@ -67,7 +67,8 @@ class TrialOutcome:
 
 #: ``runner(number, params)`` runs one trial; it is called in a pool thread already inside the trial's job group.
 #: A runner that trains may also have ``watch(number, params) -> Watch`` (what pruning reads and writes),
-#: ``cancel(number)`` (stop a timed-out trial whose work is not in its job group: a reused gang) and ``close()``.
+#: ``cancel(number, why)`` (stop a timed-out or interrupted trial whose work is not in its job group: a reused
+#: gang) and ``close()``.
 Runner = Callable[[int, Dict[str, Any]], TrialOutcome]
 
 
@@ -207,8 +208,11 @@ class SearchLoop:
                         for trial in running.values():
                             self._poll_epochs(trial)
             except BaseException:  # Ctrl-C or a bug here: do not leave trials running on the cluster
+                cancel = getattr(self.runner, "cancel", None)
                 for trial in running.values():
                     spark_compat.cancel_group(self.spark, trial.group)
+                    if cancel is not None:  # a reused gang's stage is in a job group of its own
+                        cancel(trial.number, "was interrupted")
                 for trial in running.values():  # their tasks end before the caller sees the interrupt
                     try:
                         ended = spark_compat.wait_group_ended(self.spark, trial.group, _INTERRUPT_WAIT_S)
@@ -281,7 +285,7 @@ class SearchLoop:
                 spark_compat.cancel_group(self.spark, trial.group)
                 cancel = getattr(self.runner, "cancel", None)
                 if cancel is not None:
-                    cancel(trial.number)
+                    cancel(trial.number, "timed out")
                 trial.cancelled_at = now
 
     def _finish(self, trial: _Running, fut: Future, still_running: int = 0) -> None:

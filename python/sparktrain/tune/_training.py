@@ -241,11 +241,11 @@ class DistributedRunner(_PlanRunner):
         return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0,
                             gpus=gpus)
 
-    def cancel(self, number: int) -> None:
-        """A timed-out trial: cancel its gang's stage (its job group holds no job of the trial's)."""
+    def cancel(self, number: int, why: str = "timed out") -> None:
+        """A timed-out or interrupted trial: cancel its gang's stage (its job group holds no job of the trial's)."""
         gang = self._running.get(number)
         if gang is not None:
-            gang.kill(f"trial {number} timed out")
+            gang.kill(f"trial {number} {why}")
 
     def close(self) -> None:
         if self.gangs is not None:
