@@ -295,3 +295,44 @@ def test_a_fit_with_its_store_in_s3_claims_and_releases_its_run_lease(spark, s3,
         est.fit(str(tmp_path / "no-such-dataset"))
     assert not isinstance(err.value, LeaseHeldError) and "no-such-dataset" in str(err.value)
     assert s3.keys(store) == []
+
+
+def test_an_unreachable_store_at_release_does_not_hide_the_jobs_own_error(monkeypatch, caplog):
+    """An object store that went away mid-job: releasing the lease cannot read or delete its file. The release
+    used to raise pyarrow's raw OSError from the ``with`` block's exit, hiding the error that ended the job; now
+    the job's error comes through and a warning names the lease left behind (it goes stale, then is taken over)."""
+    pytest.importorskip("moto.server")
+    from tests._s3 import MotoS3
+
+    server = MotoS3().start()  # a server of its own: this test stops it
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    target = server.prefix("gone") + "/run1"
+    try:
+        with pytest.raises(ValueError, match="the job's own error"):
+            with claim(target, "runId", heartbeat_s=5) as lease:
+                assert server.keys(target.rsplit("/", 1)[0]) == [".run1.lease"]
+                server.stop()
+                raise ValueError("the job's own error")
+        assert not lease.held
+        text = caplog.text
+        tail = lease.path.split("/", 3)[3]  # the bucket may be masked: the test's key id is a prefix of its name
+        assert "could not release the lease '" in text and f"{tail}' (OSError" in text and "stale 30 s after" in text
+    finally:
+        server.stop()
+
+
+def test_a_release_after_a_clean_job_on_an_unreachable_store_warns_and_returns(monkeypatch, caplog):
+    pytest.importorskip("moto.server")
+    from tests._s3 import MotoS3
+
+    server = MotoS3().start()
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    try:
+        lease = claim(server.prefix("gone") + "/run", "runId", heartbeat_s=5).acquire()
+        server.stop()
+        lease.release()  # no exception: the job's work is done, its lease goes stale
+        assert not lease.held and "could not release the lease" in caplog.text
+    finally:
+        server.stop()

@@ -88,8 +88,10 @@ def _preprocess_error(spark, df, tmp_path, label):
                                                         "values (value: NaN)"),
     ("CAST(NULL AS DOUBLE)", DataError, f"is null in all {ROWS:,} rows"),
     ("'same'", DataError, "has a single class, 'same'"),
+    # all 1.0: Spark ML's 0.0/1.0 convention made it 'binary' with one class (train AUC NaN), silently
+    ("IF(id = 3, NULL, CAST(1 AS DOUBLE))", DataError, f"holds one value, 1.0, in all {ROWS - 1:,} labelled rows"),
     ("map('k', id)", SchemaError, "has type map<string,bigint>, which a model cannot learn"),
-], ids=["nan", "all-null", "one-class", "map"])
+], ids=["nan", "all-null", "one-class", "one-float-value", "map"])
 def test_a_bad_label_gets_the_same_error_on_both_paths(spark, tmp_path, sql, error, words):
     df = spark.sql(f"SELECT id, CAST(id AS DOUBLE) / {ROWS} AS x, {sql} AS y FROM range({ROWS})")
     from_preprocess = _preprocess_error(spark, df, tmp_path, "y")

@@ -240,8 +240,8 @@ def test_scoring_paths_agree(job, spark, raw_rows, tmp_path):
     meta = json.loads(Path(job["result"].preprocess.features_json).read_text())
     cols = [c for c, _ in raw_columns(meta)]
     pdf = raw.select("flight_id", *cols).toPandas()
-    b = mlflow.pyfunc.load_model(uri).predict(pdf[cols])
-    b.index = pdf["flight_id"]
+    b = mlflow.pyfunc.load_model(uri).predict(pdf[cols].set_index(pdf["flight_id"]))
+    assert list(b.index) == list(pdf["flight_id"])  # the caller's index comes back with each row's prediction
     b = b.sort_index()
     # (c) Spark-native: the fitted PipelineModel, then the fitted network's transform
     features = PipelineModel.load(job["result"].preprocess.pipeline_model).transform(raw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sparktrain.errors import ConfigError, DataError, MissingColumnError, OutputOverlapError
+from sparktrain.errors import ConfigError, DataError, MissingColumnError, OutputOverlapError, SchemaError
 
 ROWS = 1200
 
@@ -94,6 +94,19 @@ def test_skip_trains_on_the_valid_rows_and_scoring_refuses_skips_or_keeps_invali
     unseen = holes.where(~bad).withColumn("k", F.lit(7))  # trained on k in 0..2: no embedding row for 7
     with pytest.raises(Exception, match=r"'k' \(\d+ row\(s\)\).*'k' takes 0 \.\. 2"):
         model.transform(unseen).collect()
+    # a fractional index is no category: it was cast to the index below it (2.7 scored as 2), silently
+    clean = holes.where(~bad)
+    fractional = clean.withColumn("k", F.col("k").cast("double") + F.when(F.col("x") > 0, 0.7).otherwise(0.0))
+    n_frac = clean.where(F.col("x") > 0).count()
+    with pytest.raises(Exception, match=r"'k' \(\d+ row\(s\)\).*not whole numbers"):
+        model.transform(fractional).collect()
+    assert model.setHandleInvalid("skip").transform(fractional).count() == valid - n_frac
+    model.setHandleInvalid("error")
+    # a number arriving as text: refused by column and type before any job (was Spark's CAST_INVALID_INPUT)
+    text = clean.withColumn("x", F.when(F.col("k") == 1, F.lit("abc")).otherwise(F.col("x").cast("string")))
+    with pytest.raises(SchemaError, match=r"column 'x' of the DataFrame to score has type string; the model reads "
+                                          r"it as a number.*cast\('double'\)"):
+        model.transform(text)
 
 
 def test_bad_parameters_and_tiny_inputs_get_named_errors(spark, holes, tmp_path):

@@ -235,16 +235,27 @@ class Lease:
         return True
 
     def release(self) -> None:
-        """Stop the heartbeat and delete the lease file when it is still this job's."""
+        """Stop the heartbeat and delete the lease file when it is still this job's.
+
+        Never raises for the store: when it cannot be reached the lease file is
+        left (with a warning) and goes stale, so the error that ended the job,
+        not the release's, is what the caller sees.
+        """
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, self.heartbeat_s))
             self._thread = None
         if self.held:
-            current = self.read()
-            if current is not None and (current.get("holder") or {}).get("token") == self.token:
-                _delete_file(self.fs, self.inner)
             self.held = False
+            try:
+                current = self.read()
+                if current is not None and (current.get("holder") or {}).get("token") == self.token:
+                    _delete_file(self.fs, self.inner)
+            except OSError as exc:  # the store is unreachable: the job's own outcome (or error) must come through
+                log.warning("could not release the lease '%s' (%s: %s); it is left behind and counts as stale "
+                            "%.0f s after its last heartbeat, when the next job on %s '%s' takes it over (or "
+                            "delete it then)", _masked(self.path), type(exc).__name__, exc, self.stale_after_s,
+                            self.what, _masked(self.target))
         self._remove_created()
 
     def __enter__(self) -> "Lease":

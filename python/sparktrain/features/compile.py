@@ -108,10 +108,21 @@ class FeaturePlan:
     label: Optional[str] = None
 
     def internal(self, feature: str, step: str) -> str:
-        return f"{PREFIX}{feature}__{step}"
+        return f"{PREFIX}{_safe(feature)}__{step}"
 
     def outputs_of(self, feature: str) -> List[OutputColumn]:
         return [o for o in self.outputs if o.feature == feature]
+
+
+def _safe(name: str) -> str:
+    """``name`` for an intermediate column: Spark ML's JVM stages read a dot as a struct field (``a.b``), so a
+    name with anything but letters, digits and ``_`` is spelled with ``_`` and a digest of the name (unique)."""
+    if all(ch.isalnum() or ch == "_" for ch in name):
+        return name
+    import hashlib
+
+    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name) + "_" + digest
 
 
 def numeric_sql(spec: NumericFeature, source_type: Optional[str] = None) -> str:

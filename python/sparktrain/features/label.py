@@ -163,7 +163,7 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
 
     Refused, each naming the column, the value and the fix: an input with no
     rows; null labels with ``drop_null_labels`` false; a label that is null
-    everywhere; a single class;
+    everywhere; a single class, or a regression label with one value;
     more than ``max_classes`` classes; NaN or infinity in a regression label.
     """
     col, n = summary.column, summary.rows
@@ -197,6 +197,12 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
             raise DataError(
                 f"{where} has a single class, {classes[0][1]!r}, in all {labelled:,} labelled rows: there is "
                 f"nothing to learn. Check data.label / labelCol and any filter in data.query or your ETL.")
+    elif summary.stats.get("min") is not None and summary.stats.get("min") == summary.stats.get("max"):
+        value = summary.stats["min"]
+        raise DataError(
+            f"{where} ({summary.source_dtype}) holds one value, {value!r}, in all {labelled:,} labelled rows: there "
+            f"is nothing to learn (as a regression target it is a constant; as 0.0/1.0 classes, a single class). "
+            f"Check data.label / labelCol and any filter in data.query or your ETL.")
     if summary.nulls:
         log.info("%s: %d of %d rows have a null label and are dropped (data.drop_null_labels)", where,
                  summary.nulls, n)

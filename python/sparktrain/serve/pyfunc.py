@@ -134,7 +134,7 @@ def predict_frame(df: Any, meta: Dict[str, Any], framework: str, model_bytes: by
                 df[col] = df[col].dt.tz_localize(tz, ambiguous="NaT", nonexistent="NaT")
     arrays = transform_local(df, meta)
     out = to_outputs(predict_arrays(framework, model_bytes, inputs, arrays), inputs)
-    frame = pd.DataFrame({"prediction": out["prediction"]})
+    frame = pd.DataFrame({"prediction": out["prediction"]}, index=df.index)  # one row out per row in, same labels
     if inputs.task == "binary":
         frame["probability"] = out["probability"]
     elif inputs.task == "multiclass":

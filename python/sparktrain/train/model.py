@@ -159,6 +159,13 @@ def scoring_frame(df: Any, inputs: InputSpec) -> Tuple[Any, Dict[str, str]]:
         else:
             extra.append(F.col(quote(col)).cast("array<float>").alias(tmp))
         sources[col] = tmp
+    for col in [*inputs.numeric, *(c for c, _ in inputs.categorical)]:
+        if column_kind(types[col]) not in ("numeric", "categorical"):  # a cast would fail on 'abc', unnamed
+            kind = "a number" if col in inputs.numeric else "a category index (a whole number)"
+            raise SchemaError(f"column '{col}' of the DataFrame to score has type {types[col].simpleString()}; the "
+                              f"model reads it as {kind}, as in training. Cast it in Spark first "
+                              f"(F.col('{col}').cast('double'); try_cast turns a malformed value into null, which "
+                              f"handleInvalid then skips or keeps)")
     for i, col in enumerate(inputs.numeric):
         if types[col].typeName() not in ("float", "double"):
             tmp = f"__sparktrain_num{i}"
@@ -209,10 +216,10 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
                 if handle_invalid == "error":
                     named = ", ".join(f"'{c}' ({int(m.sum()):,} row(s))" for c, m in bad.items())
                     raise DataError(f"input column(s) {named} of a batch of {batch.num_rows:,} rows to score hold "
-                                    f"nulls, NaN or infinite values, or indices the model has no embedding row "
-                                    f"for ({cards_text}). Fix: fill them in Spark (Imputer, df.na.fill), or set "
-                                    f"handleInvalid on the model: 'skip' leaves those rows out, 'keep' scores "
-                                    f"them as null")
+                                    f"nulls, NaN or infinite values, or category indices that are not whole numbers "
+                                    f"or have no embedding row ({cards_text}). Fix: fill them in Spark (Imputer, "
+                                    f"df.na.fill), or set handleInvalid on the model: 'skip' leaves those rows out, "
+                                    f"'keep' scores them as null")
                 valid = ~np.logical_or.reduce(list(bad.values()))
                 scored = batch.filter(pa.array(valid))
             else:

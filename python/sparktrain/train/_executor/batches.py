@@ -76,7 +76,7 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
     """``{input: boolean mask}`` of the rows of an Arrow ``batch`` where that input is null, NaN or infinite.
 
     Only inputs with such a row are in the result.  A categorical index
-    outside ``0 .. cardinality - 1`` counts too (the model has no embedding
+    outside ``0 .. cardinality - 1``, or not a whole number, counts too (the model has no embedding
     row for it; it used to be clamped to the last one).  Float blocks count a
     null or empty row, or a NaN, infinite or null element; ``sources`` maps an input to
     the column that holds it (converted in Spark, see
@@ -110,8 +110,9 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
             values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)  # nulls: NaN; decimal, bool too
             with np.errstate(invalid="ignore"):
                 wrong = ~np.isfinite(values)
-                if c in cards:  # an index with no embedding row (unseen in training, or negative) is not clamped
-                    wrong |= (values < 0) | (values >= cards[c])
+                if c in cards:  # an index with no embedding row (unseen in training, negative or fractional:
+                    # 2.7 is no category, and casting it would score it as 2) is not clamped
+                    wrong |= (values < 0) | (values >= cards[c]) | (values != np.floor(values))
             bad |= wrong
         if bad.any():
             out[c] = bad
