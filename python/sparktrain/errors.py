@@ -220,6 +220,11 @@ class RunMismatchError(ConfigError):
                                           f"the same data and params to resume it")
 
 
+#: What a rank's heartbeat phase means, in a stall's message (a store phase names the write and the store itself).
+_PHASES = {"start": "start-up", "data": "reading its next batch", "compute": "a step's computation",
+           "collective": "a collective, waiting for its peers"}
+
+
 class TrainingStalledError(TrainingError):
     """A rank made no progress for ``stallTimeout`` seconds; the fit was stopped (names rank, host, epoch, step).
 
@@ -232,8 +237,9 @@ class TrainingStalledError(TrainingError):
         run = info.get("run")
         resume = (f"fit again with runId={run!r} to resume run {run} from its last checkpoint" if run
                   else "the run resumes from its last checkpoint with the same runId")
+        phase = info.get("phase") or "start"
         what = "sent nothing (frozen or lost)" if info.get("silent") else \
-            f"was stuck in {info.get('phase') or 'start-up'}"
+            f"was stuck in {_PHASES.get(phase, phase)}"
         if info.get("spark_task"):
             what += {"RUNNING": "; Spark reports its task still running: the process is alive but silent",
                      "unknown": "; Spark's status tracker could not say whether its task runs"
@@ -241,7 +247,8 @@ class TrainingStalledError(TrainingError):
         super().__init__(
             f"rank {info.get('rank')} made no progress for {info.get('seconds')} s at epoch {info.get('epoch')}, "
             f"step {info.get('step')} ({what}); stallTimeout = {timeout:g} s. The barrier stage was cancelled. "
-            f"Fix: find what blocks that rank (its data source, a deadlock in user code, a lost host), or raise "
+            f"Fix: find what blocks that rank (the store or data source it waits on, a deadlock in user code, a "
+            f"lost host), or raise "
             f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; {resume}",
             rank=info.get("rank"), host=info.get("host"))
 

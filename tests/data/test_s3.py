@@ -153,3 +153,91 @@ def test_a_model_bundle_names_a_missing_features_json_in_s3(s3, tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"features.json path '.*nofeatures.*/features.json' does not "
                                                    r"exist"):
         write_bundle(model, uri, str(tmp_path / "bundle"))
+
+
+class _Unanswering:
+    """A TCP server on 127.0.0.1 that reads each HTTP request and never answers (a frozen object store).
+
+    ``requests`` counts the request heads received, one per attempt of the client.
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.held: list = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = conn.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            buf += chunk
+            while b"\r\n\r\n" in buf:
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                self.requests += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("attempts", [None, "2"])
+def test_a_frozen_store_fails_a_request_after_the_standard_retry_attempts(monkeypatch, attempts):
+    """An s3:// URI's filesystem gives up on a store that accepts connections but never answers after the AWS
+    standard mode's 3 attempts (AWS_MAX_ATTEMPTS changes it), with pyarrow's OSError naming the key. Before, the
+    C++ default policy that FileSystem.from_uri leaves made about 10 attempts, 100 s per request: a frozen store
+    held a checkpoint or a lease heartbeat for minutes before anything named it."""
+    from sparktrain.data._fs import resolve
+
+    server = _Unanswering()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.port}")
+    for key, value in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    if attempts is None:
+        monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    else:
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", attempts)
+    try:
+        fs, inner = resolve("s3://frozen-bucket/store/run")
+        assert inner == "frozen-bucket/store/run"
+        with pytest.raises(OSError, match="store/run"):
+            fs.get_file_info(inner)
+        assert server.requests == int(attempts or 3)
+    finally:
+        server.close()
+
+
+def test_a_bad_aws_max_attempts_is_refused_by_name(s3, monkeypatch):
+    from sparktrain.data._fs import resolve
+    from sparktrain.errors import ConfigError
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "three")
+    with pytest.raises(ConfigError, match=r"AWS_MAX_ATTEMPTS \(environment variable\)' = 'three'.*integer such as 3"):
+        resolve(s3.prefix("store"))
+    assert resolve("/tmp/local-store")[1] == "/tmp/local-store"  # local paths do not read it

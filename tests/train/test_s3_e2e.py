@@ -185,3 +185,113 @@ def test_register_from_a_store_in_s3_and_serve_from_the_registry(spark, s3, tmp_
         assert part in keys, part
     bundle = read_bundle(out["run_dir"])
     assert set(bundle["files"]) >= {"model.json", "network/model.bin"}
+
+
+_FROZEN = r"""
+import json, sys
+sys.path.insert(0, {python!r})
+from sparktrain.session import get_or_create_session
+from sparktrain.train.estimator import TorchEstimator
+
+spark = get_or_create_session("local[2]")
+est = TorchEstimator(numWorkers=2, epochs=200, batchSize=64, labelCol="label", store={store!r}, runId="frozen",
+                     checkpointEverySteps=5, logEverySteps=5, stallTimeout=6.0)
+est.show_progress = False
+try:
+    est.fit({dataset!r})
+    print("RESULT " + json.dumps({{"error": None}}))
+except Exception as e:
+    print("RESULT " + json.dumps({{"error": type(e).__name__, "message": str(e), "info": getattr(e, "info", None)}}))
+"""
+
+
+class _MotoProcess:
+    """moto's S3 server in a process of its own on 127.0.0.1 (a free port), so a test can freeze it (SIGSTOP)."""
+
+    def __init__(self, log: Path) -> None:
+        import socket
+        import urllib.request
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p",
+                                      str(self.port)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2).read()
+                break
+            except OSError:
+                assert self.proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.3)
+
+    def env(self) -> dict:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "frozen-key",
+                "AWS_SECRET_ACCESS_KEY": "frozen-secret", "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def filesystem(self):
+        from pyarrow import fs as pafs
+
+        return pafs.S3FileSystem(access_key="frozen-key", secret_key="frozen-secret", endpoint_override=self.endpoint,
+                                 scheme="http", region="us-east-1", allow_bucket_creation=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_store_that_freezes_mid_fit_is_named_and_the_fit_stops(spark, tmp_path):
+    """The store's S3 server stops answering mid-fit (SIGSTOP: connections are accepted, nothing comes back).
+    Rank 0 blocks in a checkpoint or event write while rank 1 waits for it in a collective: the stall is blamed on
+    rank 0 and names the write and the store (before, it read 'stuck in collective'), and the driver raises within
+    a bounded time (each S3 request gives up after the standard 3 attempts; before, ~100 s per request held the
+    failed fit's cleanup for minutes)."""
+    from pyarrow import fs as pafs
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+
+    dataset = str(tmp_path / "ds")
+    df = spark.range(6400).select((F.rand(1) * 2 - 1).cast("float").alias("x"))
+    write_parquet(df.withColumn("label", (F.col("x") > 0).cast("float")).coalesce(1), f"{dataset}/train")
+    moto = _MotoProcess(tmp_path / "moto.log")
+    try:
+        fs = moto.filesystem()
+        fs.create_dir("frozen-store")
+        store = "s3://frozen-store/runs"
+        script = _FROZEN.format(python=str(REPO / "python"), store=store, dataset=dataset)
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", **moto.env())
+        driver = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            selector = pafs.FileSelector("frozen-store/runs/frozen/checkpoints", allow_not_found=True)
+            while driver.poll() is None and time.monotonic() < deadline:
+                if [i for i in fs.get_file_info(selector) if i.path.endswith(".ckpt")]:
+                    break
+                time.sleep(0.5)
+            assert driver.poll() is None, driver.communicate()[1][-6000:]
+            assert time.monotonic() < deadline, "no checkpoint in the store within 300 s"
+            time.sleep(1.0)  # a few steps and writes more
+            os.kill(moto.proc.pid, signal.SIGSTOP)
+            out, err = driver.communicate(timeout=420)  # a hang fails here, not the suite
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.communicate()
+    finally:
+        moto.stop()
+    result = _result(out, err)
+    assert result["error"] == "TrainingStalledError", result
+    info, message = result["info"], result["message"]
+    assert info["rank"] == 0 and info["phase"].startswith("a write of ")
+    assert info["phase"].endswith(f"to the store {store}")
+    assert f"was stuck in {info['phase']}" in message and "the store or data source it waits on" in message
+    assert "fit again with runId='frozen'" in message

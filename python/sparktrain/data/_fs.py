@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from sparktrain.errors import DataError, DatasetNotFoundError
+from sparktrain.errors import ConfigError, DataError, DatasetNotFoundError
 
 #: Files Spark, Hadoop and we write next to the data that are not data.
 _HIDDEN_PREFIXES = ("_", ".")
@@ -36,8 +36,33 @@ def resolve(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.
         return filesystem, path
     if "://" in path:
         fs, inner = pafs.FileSystem.from_uri(path)
-        return fs, inner
+        return _bounded_retries(fs), inner
     return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def _bounded_retries(fs: pafs.FileSystem) -> pafs.FileSystem:
+    """An S3 filesystem from a URI again, with the AWS standard retry mode's attempts.
+
+    ``FileSystem.from_uri`` leaves the C++ default retry policy: against a store
+    that accepts connections but stopped answering (a frozen server, a black-holed
+    route) one request takes about 100 s to fail, so a checkpoint or a lease
+    heartbeat hangs for minutes before anything names the store.  The standard
+    mode's 3 attempts (``AWS_MAX_ATTEMPTS`` changes it, as for the AWS SDKs and
+    ``S3FileSystem()``) fail such a request in about 10 s, and still ride out a
+    throttled or briefly lost request.  Every other option of the URI is kept.
+    """
+    if not isinstance(fs, pafs.S3FileSystem):
+        return fs
+    raw = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    try:
+        attempts = max(1, int(raw)) if raw else 3
+    except ValueError:
+        raise ConfigError("AWS_MAX_ATTEMPTS (environment variable)", raw,
+                          "it must be a whole number of attempts for an S3 request (3 is the AWS standard "
+                          "mode's); set it to an integer such as 3, or unset it") from None
+    options = fs.__reduce__()[1][0]  # the URI's options, as pyarrow pickles them
+    return pafs.S3FileSystem._reconstruct(
+        dict(options, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)))
 
 
 def info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:

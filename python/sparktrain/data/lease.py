@@ -253,9 +253,9 @@ class Lease:
                     _delete_file(self.fs, self.inner)
             except OSError as exc:  # the store is unreachable: the job's own outcome (or error) must come through
                 log.warning("could not release the lease '%s' (%s: %s); it is left behind and counts as stale "
-                            "%.0f s after its last heartbeat, when the next job on %s '%s' takes it over (or "
+                            "%.0f s after its last heartbeat, when the next job that writes '%s' takes it over (or "
                             "delete it then)", _masked(self.path), type(exc).__name__, exc, self.stale_after_s,
-                            self.what, _masked(self.target))
+                            _masked(self.target))
         self._remove_created()
 
     def __enter__(self) -> "Lease":

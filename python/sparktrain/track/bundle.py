@@ -177,7 +177,9 @@ def _upload(local: str, target: str) -> None:
         return
     from pyarrow import fs as pafs
 
-    dest_fs, dest_path = pafs.FileSystem.from_uri(target)
+    from sparktrain.data._fs import resolve
+
+    dest_fs, dest_path = resolve(target)
     dest_fs.create_dir(dest_path, recursive=True)
     pafs.copy_files(local, dest_path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=dest_fs)
 

@@ -37,6 +37,7 @@ skipped with a warning, and rank 0's ``resumed`` event lists it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -44,7 +45,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -181,11 +182,11 @@ class Loop:
         self.beat = Heartbeat(ctx.reporter)
         if ctx.rank == 0:
             first = self.resume.state is None
-            ctx.checkpointer.log_event("started" if first else "resumed", from_epoch=self.resume.epoch,
-                                       from_step=self.resume.layers[-1].done if self.resume.layers else 0,
-                                       attempt=ctx.attempt, world_size=self.world, batch_size=self.batch,
-                                       learning_rate=self.learning_rate, global_batch=self.global_batch,
-                                       shards=self.shards, skipped_checkpoints=list(ctx.checkpointer.skipped))
+            self.log_event("started" if first else "resumed", from_epoch=self.resume.epoch,
+                           from_step=self.resume.layers[-1].done if self.resume.layers else 0,
+                           attempt=ctx.attempt, world_size=self.world, batch_size=self.batch,
+                           learning_rate=self.learning_rate, global_batch=self.global_batch,
+                           shards=self.shards, skipped_checkpoints=list(ctx.checkpointer.skipped))
             last_world = self.resume.world if self.resume.layers else None
             if last_world is not None and last_world != self.world:
                 ctx.reporter.send("world_size", epoch=self.resume.epoch, step=self.resume.layers[-1].done,
@@ -207,7 +208,7 @@ class Loop:
         for epoch in range(self.resume.epoch, spec.optim.epochs):
             layers = self.epoch_layers(epoch)
             if ctx.rank == 0:
-                ctx.checkpointer.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
+                self.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
             t0 = time.perf_counter()
             steps, first, batches = self.batches(epoch, layers)
             adapter.train_mode(True)
@@ -257,7 +258,7 @@ class Loop:
             history.append({"epoch": epoch, **metrics})
             self.checkpoint(epoch + 1, [], None, history, adapter.state, metrics=metrics)
             if ctx.rank == 0:
-                ctx.checkpointer.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
+                self.log_event("epoch_finished", epoch=epoch, attempt=ctx.attempt, metrics=metrics)
                 ctx.reporter.send("epoch", epoch=epoch, epochs=spec.optim.epochs, metrics=metrics)
             adapter.barrier()  # nobody starts the next epoch before the checkpoint exists
             if self._stop_after(epoch, metrics):
@@ -391,12 +392,25 @@ class Loop:
         cp = self.ctx.checkpointer
         state = state_fn()
         _maybe_fail_in_checkpoint(self.ctx, epoch, layers, self.seq, meta, state)
-        cp.save(self.seq, meta, state, keep=self.spec.checkpoint.keep_checkpoints,
-                best=self.best[1] if self.best else None)
-        cp.log_event("checkpoint", seq=self.seq, epoch=epoch, step=layers[-1].done if layers else 0,
-                     world_size=self.world, attempt=self.ctx.attempt)
+        with self.in_store("a write of checkpoint", self.seq):
+            cp.save(self.seq, meta, state, keep=self.spec.checkpoint.keep_checkpoints,
+                    best=self.best[1] if self.best else None)
+        self.log_event("checkpoint", seq=self.seq, epoch=epoch, step=layers[-1].done if layers else 0,
+                       world_size=self.world, attempt=self.ctx.attempt)
         self.seq += 1
         self._last_ckpt = time.monotonic()
+
+    def in_store(self, what: str, detail: Any = "") -> "contextlib.AbstractContextManager[None]":
+        """The heartbeat's phase while rank 0 waits on the store: a stuck store is named, not a collective."""
+        from sparktrain._internal.secrets import mask_value
+
+        where = mask_value(str(self.ctx.checkpointer.run.store_uri))
+        return self.beat.during(f"{what}{f' {detail}' if detail != '' else ''} to the store {where}")
+
+    def log_event(self, event: str, **fields: Any) -> None:
+        """Append to the run's event log (rank 0), with the heartbeat saying so."""
+        with self.in_store("a write of event", repr(event)):
+            self.ctx.checkpointer.log_event(event, **fields)
 
     def close(self) -> None:
         self.beat.close()
@@ -470,6 +484,15 @@ class Heartbeat:
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
+
+    @contextlib.contextmanager
+    def during(self, phase: str) -> Iterator[None]:
+        """``phase`` for the ``with`` block, then the phase before it again."""
+        before, self.phase = self.phase, phase
+        try:
+            yield
+        finally:
+            self.phase = before
 
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
