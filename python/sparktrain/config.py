@@ -121,7 +121,10 @@ class TuneConfig:
 
     ``sampler`` is the suggestion algorithm (``algo`` is its older name and
     the default when ``sampler`` is not given); ``pruner`` stops trials whose
-    per-epoch ``metric`` falls behind (Optuna only).  ``study`` and ``storage``
+    per-epoch ``metric`` falls behind (Optuna only).  ``sampler_options`` are
+    the sampler's own keyword arguments (numbers, booleans, strings), e.g.
+    ``{n_startup_jobs: 5}`` for Hyperopt's TPE or ``{n_startup_trials: 5}``
+    for Optuna's; the search checks their names.  ``study`` and ``storage``
     name the Optuna study and where it persists (default: a journal file
     under ``train.store``), so a restarted search continues it.
 
@@ -144,6 +147,7 @@ class TuneConfig:
     space: Dict[str, Any] = field(default_factory=dict)
     engine: Literal["hyperopt", "optuna"] = "hyperopt"
     sampler: Optional[Literal["tpe", "random", "cmaes"]] = None
+    sampler_options: Dict[str, Any] = field(default_factory=dict)
     pruner: Literal["none", "median", "asha", "hyperband"] = "none"
     pruner_min_epochs: int = 1
     reduction_factor: int = 3
@@ -167,6 +171,13 @@ class TuneConfig:
         require(self.sampler is None or self.algo == "tpe" or self.sampler == self.algo, "tune.sampler",
                 self.sampler, f"tune.algo = {self.algo!r} says otherwise; set only tune.sampler (algo is its "
                 "older name)")
+        require(isinstance(self.sampler_options, dict), "tune.sampler_options", self.sampler_options,
+                "must be a mapping of the sampler's keyword arguments, e.g. {n_startup_trials: 5}")
+        for key, value in self.sampler_options.items():
+            require(isinstance(value, (bool, int, float, str)) and not (isinstance(value, float)
+                    and not math.isfinite(value)), f"tune.sampler_options.{key}", value,
+                    "must be a finite number, a boolean or a string (the sampler's own objects are not settable "
+                    "from a config)")
         if self.engine == "hyperopt":
             require(self.effective_sampler != "cmaes", "tune.sampler", self.sampler,
                     "Hyperopt has no CMA-ES; use tpe or random, or set tune.engine: optuna")

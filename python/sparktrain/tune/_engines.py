@@ -15,7 +15,9 @@ loads the same study and goes on from the trials it holds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -79,15 +81,19 @@ class HyperoptEngine(Engine):
         The suggestion algorithm.
     seed : int
         Seeds it.
+    options : dict, optional
+        Keyword arguments of the algorithm (``tune.sampler_options``, checked by :func:`check_sampler`).
     """
 
     name = "hyperopt"
 
-    def __init__(self, space: CompiledSpace, goal: str, algo: str = "tpe", seed: int = 0) -> None:
-        from hyperopt import Domain, Trials, rand, tpe
+    def __init__(self, space: CompiledSpace, goal: str, algo: str = "tpe", seed: int = 0,
+                 options: Optional[Dict[str, Any]] = None) -> None:
+        from hyperopt import Domain, Trials
 
         self.space, self.goal, self.algo_name = space, goal, algo
-        self.algo = tpe.suggest if algo == "tpe" else rand.suggest
+        self.options = dict(options or {})
+        self.algo = functools.partial(sampler_target("hyperopt", algo), **self.options)
         self.rstate = np.random.default_rng(seed)
         self.domain = Domain(lambda _: 0.0, space.hyperopt)
         self.trials = Trials()
@@ -127,7 +133,10 @@ class HyperoptEngine(Engine):
         return next(d for d in reversed(self.trials._dynamic_trials) if d["tid"] == tid)
 
     def settings(self) -> Dict[str, Any]:
-        return {"engine": self.name, "sampler": self.algo_name}
+        out: Dict[str, Any] = {"engine": self.name, "sampler": self.algo_name}
+        if self.options:
+            out["sampler_options"] = dict(self.options)
+        return out
 
 
 # ---- Optuna --------------------------------------------------------------------------------------------------
@@ -192,8 +201,89 @@ def check_pruning(tune: TuneConfig, cfg: JobConfig, space: CompiledSpace, object
                           f"{need} or more, or set tune.pruner: none")
 
 
+#: keyword arguments no config sets: the search passes them itself, or they take Python objects
+_NOT_OPTIONS = {"new_ids", "domain", "trials", "seed", "weights", "constraints_func",
+                "independent_sampler", "source_trials", "x0", "categorical_distance_func"}
+#: where a sampler draws its first points at random, and how many by default
+_STARTUP = {("hyperopt", "tpe"): ("n_startup_jobs", 20), ("optuna", "tpe"): ("n_startup_trials", None),
+            ("optuna", "cmaes"): ("n_startup_trials", None)}
+
+
+def sampler_target(engine: str, sampler: str) -> Callable[..., Any]:
+    """The function or class ``tune.sampler_options`` are passed to."""
+    if engine == "hyperopt":
+        from hyperopt import rand, tpe
+
+        return tpe.suggest if sampler == "tpe" else rand.suggest
+    from optuna import samplers
+
+    return {"tpe": samplers.TPESampler, "random": samplers.RandomSampler,
+            "cmaes": samplers.CmaEsSampler}[sampler]
+
+
+def sampler_options(engine: str, sampler: str) -> Dict[str, Tuple[type, ...]]:
+    """``{option: the value types it takes}`` for ``tune.sampler_options`` of this engine and sampler."""
+    out: Dict[str, Tuple[type, ...]] = {}
+    for name, param in inspect.signature(sampler_target(engine, sampler)).parameters.items():
+        if name in _NOT_OPTIONS or (engine == "optuna" and name == "gamma") or param.default is param.empty:
+            continue
+        hint = str(param.annotation) if param.annotation is not param.empty else type(param.default).__name__
+        kinds = tuple(t for t in (bool, int, float, str) if t.__name__ in hint.replace("|", " ").split())
+        if kinds:
+            out[name] = kinds + ((int,) if float in kinds and int not in kinds else ())
+    return out
+
+
+def startup_trials(tune: TuneConfig) -> int:
+    """The trials the sampler draws at random before it models the results (Optuna's default: a third of
+    ``max_trials``, between 2 and 10)."""
+    key, default = _STARTUP.get((tune.engine, tune.effective_sampler), ("", None))
+    if key in tune.sampler_options:
+        return int(tune.sampler_options[key])
+    if default is not None:
+        return default
+    if (tune.engine, tune.effective_sampler) in _STARTUP:
+        return max(2, min(10, tune.max_trials // 3))
+    return tune.max_trials
+
+
 def check_sampler(tune: TuneConfig, space: CompiledSpace) -> None:
-    """CMA-ES needs two or more numeric keys that every trial samples; choices fall back (logged)."""
+    """Refuse ``tune.sampler_options`` the sampler has no use for, and CMA-ES over fewer than two numeric keys.
+
+    CMA-ES falls back to TPE for choices (logged); a TPE search whose random
+    start covers all of ``max_trials`` is logged, with the option that shortens it.
+
+    Raises
+    ------
+    ConfigError
+        An option the sampler does not take (the valid names), or a value of the wrong type.
+    """
+    valid = sampler_options(tune.engine, tune.effective_sampler)
+    for key, value in tune.sampler_options.items():
+        where = f"{tune.engine.capitalize()}'s {tune.effective_sampler} sampler"
+        if key not in valid:
+            fix = (f"{where} takes no option '{key}'; its options are: {', '.join(sorted(valid))}" if valid
+                   else f"{where} takes no options; remove tune.sampler_options")
+            raise ConfigError(f"tune.sampler_options.{key}", value,
+                              fix + ("; the search seeds it from train.seed" if key == "seed" else ""))
+        if not isinstance(value, valid[key]) or (isinstance(value, bool) and bool not in valid[key]):
+            raise ConfigError(f"tune.sampler_options.{key}", value,
+                              f"{where} takes {' or '.join(t.__name__ for t in valid[key])} for '{key}'")
+        if isinstance(value, int) and key.startswith("n_") and value < (0 if "startup" in key else 1):
+            raise ConfigError(f"tune.sampler_options.{key}", value,
+                              f"must be >= {0 if 'startup' in key else 1}")
+    if tune.engine == "optuna" and tune.sampler_options:
+        try:  # what only the sampler itself checks (e.g. group without multivariate)
+            OptunaEngine._sampler(tune, 0)
+        except (TypeError, ValueError) as e:
+            raise ConfigError("tune.sampler_options", tune.sampler_options,
+                              f"Optuna's {tune.effective_sampler} sampler refuses them: {e}") from None
+    key = _STARTUP.get((tune.engine, tune.effective_sampler), ("", None))[0]
+    if key and tune.max_trials > 2 and startup_trials(tune) >= tune.max_trials:
+        log.warning("tune.sampler: %s draws its first %d trials at random and tune.max_trials is %d, so this "
+                    "search is a random search; to let it model results sooner set tune.sampler_options: "
+                    "{%s: %d}", tune.effective_sampler, startup_trials(tune), tune.max_trials, key,
+                    max(2, tune.max_trials // 3))
     if tune.effective_sampler != "cmaes":
         return
     numeric = space.numeric_labels()
@@ -225,6 +315,8 @@ def study_name(cfg: JobConfig, dataset_path: Optional[str]) -> str:
                 "pruner": tune.pruner, "pruner_min_epochs": tune.pruner_min_epochs,
                 "reduction_factor": tune.reduction_factor, "pruner_startup_trials": tune.pruner_startup_trials,
                 "mode": tune.mode, "train": to_dict(cfg.train), "dataset": os.fspath(dataset_path or "")}
+    if tune.sampler_options:  # only when set: the names of studies from before the option stay the same
+        defining["sampler_options"] = tune.sampler_options
     digest = hashlib.sha256(json.dumps(defining, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{cfg.name}-{digest}"
 
@@ -362,14 +454,14 @@ class OptunaEngine(Engine):
     def _sampler(tune: TuneConfig, seed: int) -> Any:
         from optuna import samplers
 
-        startup = max(2, min(10, tune.max_trials // 3))
+        startup, options = startup_trials(tune), dict(tune.sampler_options)
         if tune.effective_sampler == "random":
             return samplers.RandomSampler(seed=seed)
         if tune.effective_sampler == "cmaes":
-            return samplers.CmaEsSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False,
-                                         independent_sampler=samplers.TPESampler(seed=seed,
-                                                                                 n_startup_trials=startup))
-        return samplers.TPESampler(seed=seed, n_startup_trials=startup)
+            options = {"n_startup_trials": startup, "warn_independent_sampling": False, **options}
+            return samplers.CmaEsSampler(seed=seed, **options, independent_sampler=samplers.TPESampler(
+                seed=seed, n_startup_trials=startup))
+        return samplers.TPESampler(seed=seed, **{"n_startup_trials": startup, **options})
 
     @staticmethod
     def _pruner(tune: TuneConfig, epochs: int) -> Any:
@@ -421,6 +513,8 @@ class OptunaEngine(Engine):
         tune = self.tune
         out: Dict[str, Any] = {"engine": self.name, "sampler": tune.effective_sampler, "pruner": tune.pruner,
                                "study": self.study_name, "storage": self.where}
+        if tune.sampler_options:
+            out["sampler_options"] = dict(tune.sampler_options)
         if tune.pruner != "none":
             out.update(pruner_min_epochs=tune.pruner_min_epochs)
             if tune.pruner in ("asha", "hyperband"):
@@ -437,8 +531,9 @@ def make_engine(space: CompiledSpace, cfg: JobConfig, goal: str, seed: int, data
     if tune.engine == "optuna":
         return OptunaEngine(space, cfg, goal, seed=seed, dataset_path=dataset_path, tracking_uri=tracking_uri,
                             run_id_of=run_id_of)
-    return HyperoptEngine(space, goal, algo=tune.effective_sampler, seed=seed)
+    return HyperoptEngine(space, goal, algo=tune.effective_sampler, seed=seed, options=tune.sampler_options)
 
 
 __all__ = ["Engine", "HyperoptEngine", "OptunaEngine", "check_pruning", "check_sampler", "make_engine",
+           "sampler_options", "startup_trials",
            "max_epochs", "min_trials", "study_name", "study_storage", "STUDIES_DIR", "STORE_RUN_ATTR"]
