@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple,
 
 import yaml
 
-from sparktrain._internal.secrets import remember, secrets_of
+from sparktrain._internal.secrets import mask_value, remember, secrets_of
 from sparktrain._internal.typed_build import build, non_default_repr, require, to_dict
 from sparktrain.errors import ConfigError, UnknownKeyError
 from sparktrain.features.sections import DataConfig, OutputConfig, SplitConfig
@@ -183,6 +183,10 @@ class TuneConfig:
                     "Hyperopt has no CMA-ES; use tpe or random, or set tune.engine: optuna")
             require(self.pruner == "none", "tune.pruner", self.pruner,
                     "Hyperopt cannot stop a trial early; set tune.engine: optuna to prune, or tune.pruner: none")
+            for key in ("study", "storage"):
+                require(getattr(self, key) is None, f"tune.{key}", mask_value(str(getattr(self, key))),
+                        "only an Optuna search keeps a study (Hyperopt's trials live for one search); set "
+                        f"tune.engine: optuna to continue it, or leave tune.{key} out")
         require(self.pruner_min_epochs >= 1, "tune.pruner_min_epochs", self.pruner_min_epochs, "must be >= 1")
         require(self.reduction_factor >= 2, "tune.reduction_factor", self.reduction_factor, "must be >= 2")
         require(self.pruner_startup_trials >= 0, "tune.pruner_startup_trials", self.pruner_startup_trials,

@@ -65,6 +65,9 @@ class Engine:
         """What to log on the search's MLflow run."""
         return {"engine": self.name}
 
+    def close(self) -> None:
+        """The search is over: release what the engine holds."""
+
 
 # ---- Hyperopt ------------------------------------------------------------------------------------------------
 
@@ -407,15 +410,36 @@ class OptunaEngine(Engine):
         storage, where = study_storage(cfg, self.study_name, tracking_uri)
         self.where = mask_value(where)  # for messages and the search's settings: a database URL's password stays out
         direction: Literal["minimize", "maximize"] = "minimize" if goal == "min" else "maximize"
-        existing = self._existing(storage, self.study_name)
-        self.epochs = max_epochs(tune, cfg, space)
-        self.study = optuna.create_study(
-            storage=storage, study_name=self.study_name, direction=direction, load_if_exists=True,
-            sampler=self._sampler(tune, seed + existing), pruner=self._pruner(tune, self.epochs))
-        if self.study.direction.name.lower() != direction:
-            raise ConfigError("tune.study", self.study_name,
-                              f"the stored study {self.where} {self.study.direction.name.lower()}s, this search "
-                              f"{direction}s {tune.metric}; name a new study (tune.study)")
+        from sparktrain.data.lease import Lease
+        from sparktrain.tune._study import check_same_search, lease_target
+
+        journal = None if isinstance(storage, optuna.storages.RDBStorage) else where
+        self.lease: Optional[Lease] = Lease(lease_target(cfg, self.study_name, journal), "tune.study").acquire()
+        try:
+            existing = self._existing(storage, self.study_name)
+            self.epochs = max_epochs(tune, cfg, space)
+            self.study = optuna.create_study(
+                storage=storage, study_name=self.study_name, direction=direction, load_if_exists=True,
+                sampler=self._sampler(tune, seed + existing), pruner=self._pruner(tune, self.epochs))
+            if self.study.direction.name.lower() != direction:
+                raise ConfigError("tune.study", self.study_name,
+                                  f"the stored study {self.where} {self.study.direction.name.lower()}s, this search "
+                                  f"{direction}s {tune.metric}; name a new study (tune.study)")
+            check_same_search(self.study, cfg, dataset_path, self.where)
+            self._init_rest(tune)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Let go of the study's lease (the search is over)."""
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+    def _init_rest(self, tune: TuneConfig) -> None:
+        import optuna
+
         self._close_stale()
         trials = self.study.get_trials(deepcopy=False)
         self.previous = len(trials)

@@ -126,6 +126,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     t0 = time.perf_counter()
     failed = True
     runner: Any = None
+    engine: Any = None
     try:
         runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
         run_id_of = getattr(getattr(runner, "plan", None), "run_id", None)  # a trial's run folder (training)
@@ -143,34 +144,53 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
             records = _with_run_ids(loop.run(), tracker)
         finally:
             _close_runner(runner)  # the gangs end, the channel closes
-        if loop.best is None:
-            raise TuneError(_all_failed_message(records))
-        best_record, best_outcome = loop.best
-        best_record = next(r for r in records if r.number == best_record.number)  # with its run id
         from sparktrain.tune._keep import keep_model, study_best
         from sparktrain.tune._training import materialize_model
 
-        model = materialize_model(best_outcome.model if best_outcome else None)
-        test = _test_metrics(spark, model, dataset_path)
-        # the best model goes to its run folder in the store before any MLflow call: an outage cannot lose it
-        saved = keep_model(cfg, best_record, model, test, dataset_path, best_record.run_id)
-        earlier = study_best(engine, records, cfg.train.store if cfg.train else None)
-        result = SearchResult(
-            trials=tuple(records), best_params=dict(best_record.params), best_metric=float(best_record.metric),
-            best_number=best_record.number, best_model=model, test_metrics=test, metric=tune.metric, goal=goal,
-            mode=mode, concurrency=concurrency, stopped_early=loop.stopped_early, stop_reason=loop.stop_reason,
-            seconds=time.perf_counter() - t0, parent_run_id=tracker.parent_run_id if tracker else None,
-            engine=engine.name, study=getattr(engine, "study_name", None), previous_trials=engine.previous,
-            model_dir=saved, study_best_number=earlier.number if earlier else None,
-            study_best_metric=earlier.metric if earlier else None)
-        if earlier is not None:
-            _warn_earlier_best(cfg, result, earlier)
+        store = cfg.train.store if cfg.train else None
+        common = dict(trials=tuple(records), metric=tune.metric, goal=goal, mode=mode, concurrency=concurrency,
+                      stopped_early=loop.stopped_early, stop_reason=loop.stop_reason,
+                      parent_run_id=tracker.parent_run_id if tracker else None, engine=engine.name,
+                      study=getattr(engine, "study_name", None), previous_trials=engine.previous)
+        best_record: Optional[TrialRecord] = None
+        if loop.best is None:
+            # every trial of a continued study pruned: the study's best, from an earlier search, stands
+            earlier = study_best(engine, records, store) if records and {r.status for r in records} == {PRUNED} \
+                else None
+            if earlier is None or earlier.model is None:
+                raise TuneError(_all_failed_message(records, earlier))
+            log.warning("every trial of this search (%d) was pruned: none came near the study's best, trial %d "
+                        "(%s = %.5g) from an earlier search, whose model is in the store at %s; it stays the "
+                        "search's result", len(records), earlier.number, tune.metric, earlier.metric,
+                        earlier.run_dir)
+            result = SearchResult(
+                best_params=dict(earlier.params), best_metric=earlier.metric, best_number=earlier.number,
+                best_model=earlier.model, seconds=time.perf_counter() - t0,
+                test_metrics={k: v for k, v in dict(earlier.metrics).items() if k.startswith("test_")},
+                model_dir=f"{earlier.run_dir}/model", study_best_number=earlier.number,
+                study_best_metric=earlier.metric, **common)
+        else:
+            best_record, best_outcome = loop.best
+            best_record = next(r for r in records if r.number == best_record.number)  # with its run id
+            model = materialize_model(best_outcome.model if best_outcome else None)
+            test = _test_metrics(spark, model, dataset_path)
+            # the best model goes to its run folder in the store before any MLflow call: an outage cannot lose it
+            saved = keep_model(cfg, best_record, model, test, dataset_path, best_record.run_id)
+            earlier = study_best(engine, records, store)
+            result = SearchResult(
+                best_params=dict(best_record.params), best_metric=float(best_record.metric),  # type: ignore[arg-type]
+                best_number=best_record.number, best_model=model, test_metrics=test,
+                seconds=time.perf_counter() - t0, model_dir=saved,
+                study_best_number=earlier.number if earlier else None,
+                study_best_metric=earlier.metric if earlier else None, **common)
+            if earlier is not None:
+                _warn_earlier_best(cfg, result, earlier)
         if tracker is not None:
             try:
                 result = _track_search(spark, tracker, cfg, result, loop, engine, best_record, earlier,
                                        dataset_path, register, embedded)
             except Exception as exc:
-                down = _tracking_down(tracker, exc, saved, result)
+                down = _tracking_down(tracker, exc, result.model_dir, result)
                 if down is None:
                     raise
                 raise down from exc
@@ -178,31 +198,36 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         return result
     finally:
         _close_runner(runner)
+        if engine is not None:
+            engine.close()  # the study's lease: another search may continue it now
         if tracker is not None:
             tracker.close(failed=failed)
 
 
 def _track_search(spark, tracker: Any, cfg: JobConfig, result: SearchResult, loop: SearchLoop, engine: Any,
-                  best_record: TrialRecord, earlier: Any, dataset_path: Optional[str], register: Optional[bool],
+                  best_record: Optional[TrialRecord], earlier: Any, dataset_path: Optional[str],
+                  register: Optional[bool],
                   embedded: Optional[Embedded]) -> SearchResult:
     """The search's summary on its MLflow run, then the best model registered; returns ``result`` with its version.
 
     The model registered is the study's best: an earlier search's trial when
-    its model is in the store (``earlier.model``), else this search's best.
+    its model is in the store (``earlier.model``), else this search's best
+    (``best_record`` is None when every trial of this search was pruned).
     """
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]
     settings = {"mode": result.mode, "max_trials": tune.max_trials, "parallelism": result.concurrency,
                 "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
                 "trial_timeout_s": tune.trial_timeout_s, "time_budget_s": tune.time_budget_s,
                 "stop_at": tune.stop_at, "stop_reason": loop.stop_reason, **engine.settings()}
-    tracker.log_summary(list(result.trials), tune.metric, result.goal, settings, best_run_id=best_record.run_id,
-                        test=result.test_metrics)
+    tracker.log_summary(list(result.trials), tune.metric, result.goal, settings,
+                        best_run_id=best_record.run_id if best_record else None, test=result.test_metrics)
     if not (cfg.tracking.register if register is None else register) or dataset_path is None:
         return result
     from sparktrain.tune._tracking import register_best
 
-    number, model, run_id, metrics = (result.best_number, result.best_model, best_record.run_id,
-                                      {**best_record.metrics, **result.test_metrics})
+    number, model, run_id, metrics = (result.best_number, result.best_model,
+                                      best_record.run_id if best_record else earlier.mlflow_run_id,
+                                      {**(best_record.metrics if best_record else {}), **result.test_metrics})
     if earlier is not None and earlier.model is not None and earlier.mlflow_run_id:
         from sparktrain.track.bundle import already_registered
 
@@ -351,9 +376,16 @@ def _with_run_ids(records, tracker) -> list:
     return [replace(r, run_id=ids.get(r.number)) for r in records]
 
 
-def _all_failed_message(records) -> str:
+def _all_failed_message(records, earlier: Any = None) -> str:
     if not records:
         return "the search ran no trials (max_trials = 0?)"
+    if {r.status for r in records} == {PRUNED}:
+        stands = "" if earlier is None else (
+            f"; the study's best, trial {earlier.number} ({earlier.metric:.5g}) of an earlier search, has no model "
+            f"in the store ({earlier.run_dir or 'no run folder recorded'}), so there is no model to return")
+        return (f"every trial of this search was pruned ({len(records)} trials), so none trained to the end{stands}; "
+                "raise tune.max_trials, widen tune.space, or set tune.pruner: none (or a later "
+                "tune.pruner_min_epochs)")
     first = min(records, key=lambda r: r.number)
     statuses = ", ".join(f"{s.lower()}: {sum(r.status == s for r in records)}"
                          for s in sorted({r.status for r in records}))

@@ -1,0 +1,129 @@
+"""A study stays whole: one search at a time, no values of another meaning, and a continued search all pruned."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from sparktrain.config import TuneConfig, parse_config
+from sparktrain.errors import ConfigError, LeaseHeldError, TuneError
+from sparktrain.tune.result import FINISHED
+from sparktrain.tune.search import run_search
+from tests.tune.test_optuna import dataset  # noqa: F401 - a fixture
+
+SPACE = {"learning_rate": {"loguniform": [1e-4, 1e-1]}, "dropout": {"uniform": [0.0, 0.5]}}
+
+
+def _cfg(tmp_path, tune: dict, train: dict | None = None):
+    return parse_config({
+        "name": "study-test",
+        "data": {"label": "label"},
+        "train": {"epochs": 3, "batch_size": 512, "num_workers": 1, "store": str(tmp_path / "store"), "seed": 5,
+                  **(train or {})},
+        "tune": {"engine": "optuna", "study": "kept", "space": SPACE, "parallelism": 1, "metric": "loss", **tune},
+        "tracking": {"enabled": False},
+    })
+
+
+def _objective(params):
+    loss = (params["dropout"] - 0.2) ** 2
+    return {"loss": loss, "other_loss": 2 * loss + 1}
+
+
+def _study(tmp_path, name: str = "kept"):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = tmp_path / "store" / "_studies" / f"{name}.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.load_study(study_name=name, storage=JournalStorage(JournalFileBackend(str(path)))), str(path)
+
+
+def test_a_continued_study_refuses_a_metric_of_another_meaning_and_logs_other_changes(spark, tmp_path, caplog):
+    first = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), None, objective=_objective)
+    assert [t.status for t in first.trials] == [FINISHED] * 3
+
+    # train_loss for val_loss, loss for other_loss: both minimized, so only the recorded settings can tell
+    with pytest.raises(ConfigError) as info:
+        run_search(spark, _cfg(tmp_path, {"max_trials": 5, "metric": "other_loss"}), None, objective=_objective)
+    assert info.value.path == "tune.metric" and info.value.value == "other_loss"
+    assert "tune.metric: 'loss' -> 'other_loss'" in info.value.fix and "Name a new study" in info.value.fix
+    study, _ = _study(tmp_path)
+    assert len(study.trials) == 3  # refused before any trial: nothing written to the study
+
+    with pytest.raises(ConfigError) as task:
+        run_search(spark, _cfg(tmp_path, {"max_trials": 5}, {"task": "regression"}), None, objective=_objective)
+    assert task.value.path == "train.task" and task.value.value == "regression"
+    assert "train.task: 'auto' -> 'regression'" in task.value.fix
+
+    # a narrower space and another starting point keep the values comparable: logged, key by key, and continued
+    narrow = {**SPACE, "learning_rate": {"loguniform": [1e-3, 1e-2]}}
+    with caplog.at_level(logging.WARNING, logger="sparktrain.tune._study"):
+        second = run_search(spark, _cfg(tmp_path, {"max_trials": 5, "space": narrow}, {"epochs": 4}), None,
+                            objective=_objective)
+    assert [t.number for t in second.trials] == [4, 5] and second.previous_trials == 3
+    assert "tune.space.learning_rate: {'loguniform': [0.0001, 0.1]} -> {'loguniform': [0.001, 0.01]}" in caplog.text
+    assert "train.epochs: 3 -> 4" in caplog.text and "loss values still compare" in caplog.text
+    study, _ = _study(tmp_path)
+    assert study.user_attrs["sparktrain_search"]["tune.space"]["learning_rate"] == {"loguniform": [0.001, 0.01]}
+
+
+def test_a_second_search_on_a_study_in_use_is_refused_and_its_running_trial_is_left_alone(spark, tmp_path):
+    from optuna.trial import TrialState
+
+    from sparktrain.data.lease import Lease
+
+    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), None, objective=_objective)
+    study, journal = _study(tmp_path)
+    running = study.ask()  # the other search's trial, in flight
+    other = Lease(journal, "tune.study").acquire()  # ... and that search's hold on the study
+    try:
+        with pytest.raises(LeaseHeldError) as info:
+            run_search(spark, _cfg(tmp_path, {"max_trials": 4}), None, objective=_objective)
+        assert info.value.what == "tune.study" and info.value.target == journal
+        assert "is in use by another job" in str(info.value)
+        study, _ = _study(tmp_path)
+        assert study.trials[running.number].state == TrialState.RUNNING  # before: recorded FAIL under its search
+    finally:
+        other.release()
+    # that search is gone (its lease released without telling its trial): the next search closes the trial
+    result = run_search(spark, _cfg(tmp_path, {"max_trials": 5}), None, objective=_objective)
+    study, _ = _study(tmp_path)
+    assert study.trials[running.number].state == TrialState.FAIL
+    assert [t.number for t in result.trials] == [4, 5]
+
+
+@pytest.mark.parametrize("key, value", [("study", "kept"), ("storage", "sqlite:///optuna.db")])
+def test_a_study_with_the_hyperopt_engine_is_refused(key, value):
+    with pytest.raises(ConfigError) as info:
+        TuneConfig(engine="hyperopt", space=SPACE, **{key: value})
+    assert info.value.path == f"tune.{key}" and "set tune.engine: optuna" in info.value.fix
+
+
+@pytest.mark.torch
+def test_a_continued_search_whose_trials_are_all_pruned_says_so(spark, dataset, tmp_path):  # noqa: F811
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    # an earlier search's two trials, far better than any this data allows, whose models were not kept
+    path = tmp_path / "store" / "_studies" / "kept.journal"
+    path.parent.mkdir(parents=True)
+    study = optuna.create_study(study_name="kept", storage=JournalStorage(JournalFileBackend(str(path))))
+    for dropout in (0.1, 0.2):
+        study.add_trial(optuna.trial.create_trial(
+            params={"dropout": dropout}, distributions={"dropout": FloatDistribution(0.0, 0.3)}, value=1e-4,
+            intermediate_values={1: 1e-4, 2: 1e-4, 3: 1e-4}, user_attrs={"train_params": json.dumps(
+                {"dropout": dropout})}))
+    cfg = _cfg(tmp_path, {"metric": "val_loss", "pruner": "median", "max_trials": 4,
+                          "space": {"dropout": {"uniform": [0.0, 0.3]}}})
+    with pytest.raises(TuneError) as info:
+        run_search(spark, cfg, dataset)
+    text = str(info.value)
+    assert "every trial of this search was pruned (2 trials)" in text and "None" not in text
+    assert "the study's best, trial 1 (0.0001) of an earlier search, has no model in the store" in text
+    assert [t.state.name for t in _study(tmp_path)[0].trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
