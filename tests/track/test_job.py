@@ -255,6 +255,58 @@ def test_scoring_paths_agree(job, spark, raw_rows, tmp_path):
     assert a["probability"].std() > 0.01  # real scores, not a constant
 
 
+def test_spark_model_keeps_every_raw_column_and_loads_back_as_it_scores(job, spark, raw_rows, tmp_path):
+    """``load_spark_model(uri).transform(raw)``: each input column with its raw value and type (the numeric features
+    were overwritten by their transformed values, the label re-encoded, the other columns dropped), then the outputs,
+    scored as ``score_dataframe`` scores; a saved copy loads back with ``PipelineModel.load`` and does the same."""
+    import pandas as pd
+    from pyspark.ml import PipelineModel
+    from pyspark.sql import functions as F
+
+    from sparktrain.errors import ConfigError
+    from sparktrain.serve.pyfunc import load_spark_model
+    from sparktrain.serve.scoring import score_dataframe, score_with_pipeline
+
+    uri = f"models:/{MODEL}@champion"
+    raw = spark.read.parquet(raw_rows).withColumn("order_ref", F.concat(F.lit("o-"), F.col("flight_id")))
+    model = load_spark_model(uri)
+    assert isinstance(model, PipelineModel)
+    out = model.transform(raw)
+    assert out.columns == [*raw.columns, "prediction", "probability", "rawPrediction"]
+    assert [(f.name, f.dataType) for f in out.schema.fields[:len(raw.columns)]] == \
+        [(f.name, f.dataType) for f in raw.schema.fields]
+    want = raw.toPandas().sort_values("flight_id", ignore_index=True)
+    got = out.toPandas().sort_values("flight_id", ignore_index=True)
+    pd.testing.assert_frame_equal(got[raw.columns], want)
+    assert got["dep_delay"].equals(want["dep_delay"]) and got["late"].equals(want["late"])  # not features, not 0/1
+    a = score_dataframe(spark, raw, uri).select("flight_id", "prediction", "probability").toPandas() \
+        .sort_values("flight_id", ignore_index=True)
+    np.testing.assert_allclose(got["probability"], a["probability"], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(got["prediction"], a["prediction"])
+    assert got["probability"].std() > 0.01
+    # score_dataframe's Spark path (a model with a text feature) is the same model: raw columns, signature outputs
+    piped = score_with_pipeline(model, raw, [("prediction", "double"), ("probability", "double")])
+    assert piped.columns == [*raw.columns, "prediction", "probability"]
+    pd.testing.assert_frame_equal(piped.toPandas().sort_values("flight_id", ignore_index=True), got.drop(
+        columns="rawPrediction"))
+    # refused before any job, as score_dataframe refuses: a column the model reads is missing, or one it adds is there
+    with pytest.raises(MissingColumnError) as err:
+        model.transform(raw.drop("dep_delay"))
+    assert err.value.column == "dep_delay"
+    text = str(err.value)
+    assert text.startswith(f"column 'dep_delay' is not in the DataFrame to score (model {uri} reads it).") and \
+        "Columns that exist: " in text and "order_ref" in text and "SQL" not in text, text
+    with pytest.raises(ConfigError, match=r"already has column\(s\) prediction, probability, rawPrediction that "
+                                          rf"model {uri} adds; drop or rename them"):
+        model.transform(out)
+    # saved and loaded with Spark ML's own reader: the same raw-in, raw-out model
+    model.save(str(tmp_path / "saved"))
+    again = PipelineModel.load(str(tmp_path / "saved"))
+    pd.testing.assert_frame_equal(again.transform(raw).toPandas().sort_values("flight_id", ignore_index=True), got)
+    with pytest.raises(MissingColumnError, match="'dep_delay'"):
+        again.transform(raw.drop("dep_delay"))
+
+
 def test_models_serve_over_http(job, spark, raw_rows, tmp_path):
     """``mlflow models serve --env-manager local`` on 127.0.0.1 gives the pyfunc's predictions."""
     import mlflow.pyfunc

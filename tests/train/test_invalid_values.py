@@ -88,18 +88,28 @@ def test_skip_trains_on_the_valid_rows_and_scoring_refuses_skips_or_keeps_invali
     assert kept.where(~bad & F.col("prediction").isNotNull()).count() == valid
     same = kept.where(~bad).select("prediction").toPandas()["prediction"].tolist()
     assert same == skipped.select("prediction").toPandas()["prediction"].tolist()  # same rows, same order
-    with pytest.raises(Exception, match=r"input column\(s\) 'x' \(\d+ row\(s\)\).*handleInvalid"):
-        model.setHandleInvalid("error").transform(holes).collect()
+    with pytest.raises(Exception) as err:  # one partition: one batch of all the rows, so its counts are the total
+        model.setHandleInvalid("error").transform(holes.coalesce(1)).collect()
+    text = str(err.value)
+    assert "input column(s) '" in text and "rows) of one batch of the rows to score hold nulls, NaN or infinite " \
+           "values; the counts are this batch's, other batches may hold more. Fix:" in text, text
+    assert all(f"'{c}' ({n:,} of the {ROWS:,} rows)" in text for c, n in BAD_ROWS.items()), text
+    assert "embedding row" not in text and "takes 0 .. 2" not in text  # 'k' holds nulls, no index outside 0 .. 2
     assert model.transform(holes.where(~bad)).count() == valid  # 'error' scores clean rows
     unseen = holes.where(~bad).withColumn("k", F.lit(7))  # trained on k in 0..2: no embedding row for 7
-    with pytest.raises(Exception, match=r"'k' \(\d+ row\(s\)\).*'k' takes 0 \.\. 2"):
-        model.transform(unseen).collect()
+    n_unseen = unseen.count()
+    with pytest.raises(Exception) as err:
+        model.transform(unseen.coalesce(1)).collect()
+    assert f"input column(s) 'k' ({n_unseen:,} of the {n_unseen:,} rows) of one batch of the rows to score hold " \
+           f"nulls, NaN or infinite values, or category indices that are not whole numbers or have no embedding row " \
+           f"('k' takes 0 .. 2, and {n_unseen:,} of these rows hold another index)" in str(err.value), str(err.value)
     # a fractional index is no category: it was cast to the index below it (2.7 scored as 2), silently
     clean = holes.where(~bad)
     fractional = clean.withColumn("k", F.col("k").cast("double") + F.when(F.col("x") > 0, 0.7).otherwise(0.0))
     n_frac = clean.where(F.col("x") > 0).count()
-    with pytest.raises(Exception, match=r"'k' \(\d+ row\(s\)\).*not whole numbers"):
-        model.transform(fractional).collect()
+    with pytest.raises(Exception, match=rf"'k' \({n_frac:,} of the {valid:,} rows\).*not whole numbers.*'k' takes "
+                                        rf"0 \.\. 2, and {n_frac:,} of these rows hold another index"):
+        model.transform(fractional.coalesce(1)).collect()
     assert model.setHandleInvalid("skip").transform(fractional).count() == valid - n_frac
     model.setHandleInvalid("error")
     # a number arriving as text: refused by column and type before any job (was Spark's CAST_INVALID_INPUT)

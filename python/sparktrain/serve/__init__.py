@@ -4,7 +4,8 @@
   the fitted feature transforms and the network (:class:`SparktrainModel`,
   logged "from code" by :mod:`sparktrain.serve._model_code`), its signature,
   :func:`log_pyfunc_model` and :func:`load_spark_model` (the registered
-  model as a Spark ``PipelineModel``);
+  model as a Spark ``PipelineModel``, built by :mod:`sparktrain.serve.spark_model`:
+  raw columns in, the same raw columns plus the outputs out);
 * :mod:`sparktrain.serve.scoring`: ``sparktrain score``, raw Parquet or CSV
   scored in Spark with ``mlflow.pyfunc.spark_udf`` (:func:`score_path`,
   :func:`score_dataframe`);

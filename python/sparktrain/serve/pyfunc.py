@@ -274,8 +274,28 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
 def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     """The model at ``model_uri`` as a Spark ``PipelineModel``: fitted feature stages + the network.
 
-    ``transform`` takes raw rows and adds ``prediction``/``probability``,
-    entirely in Spark (the JVM runs the feature stages).
+    ``transform`` takes raw rows and returns every input column with its raw
+    value and type (ids, the label, anything else) followed by the network's
+    outputs (``prediction``, and ``probability``/``rawPrediction`` for a
+    classifier), entirely in Spark (the JVM runs the feature stages).  It is a
+    plain ``PipelineModel`` (:func:`sparktrain.serve.spark_model.raw_scoring_model`),
+    usable as a stage of a larger ``Pipeline``; ``save`` then
+    ``PipelineModel.load`` gives it back with the same behaviour.
+
+    Parameters
+    ----------
+    model_uri : str
+        ``models:/NAME@champion``, ``models:/NAME/3``, ``runs:/...`` or a path.
+    dst_path : str, optional
+        Where to download the model (default: a temporary folder).
+
+    Returns
+    -------
+    PipelineModel
+        Its ``transform`` raises :class:`~sparktrain.errors.MissingColumnError`
+        for a frame that lacks a column the model reads, and
+        :class:`~sparktrain.errors.ConfigError` for one that already has a
+        column the model adds (a scored frame), before any Spark job.
     """
     from mlflow.artifacts import download_artifacts
 
@@ -287,6 +307,7 @@ def spark_model_from(local: str, model_uri: str = ""):
     """:func:`load_spark_model` of a model already downloaded to the folder ``local``."""
     from pyspark.ml import PipelineModel
 
+    from sparktrain.serve.spark_model import raw_scoring_model
     from sparktrain.train.worker import InputSpec
     from sparktrain.train.model import KerasModel, TorchModel
 
@@ -304,4 +325,6 @@ def spark_model_from(local: str, model_uri: str = ""):
     net = cls(framework=spec["framework"], model_bytes=model_bytes, inputs=InputSpec.from_dict(spec["inputs"]),
               history=spec.get("history", []))
     net._set(labelCol=spec.get("label", "label"))
-    return PipelineModel(stages=[*PipelineModel.load(pipeline).stages, net])
+    with open(os.path.join(root, FEATURES, "features.json")) as fh:
+        reads = [c for c, _ in raw_columns(json.load(fh))]
+    return raw_scoring_model(PipelineModel.load(pipeline), net, reads, model_uri)

@@ -218,22 +218,18 @@ def spark_pipeline_if_needed(model_uri: str):
 def score_with_pipeline(model: Any, df: Any, outputs: List[Tuple[str, str]]):
     """``df`` plus ``outputs`` from the fitted feature pipeline and the network, in Spark.
 
-    Every column of ``df`` is carried through the pipeline under a private
-    name (the assembler's pass-through columns), so the output keeps the raw
-    values even where a feature's output has the same name as its source.
+    ``model`` is :func:`~sparktrain.serve.pyfunc.spark_model_from`'s raw-in,
+    raw-out ``PipelineModel`` (:mod:`sparktrain.serve.spark_model`): every
+    column of ``df`` comes back with its raw value, even where a feature's
+    output has the same name as its source; this keeps ``outputs`` (the
+    signature's), cast to their types.
     """
     from pyspark.sql import functions as F
 
     from sparktrain.features._sql import quote
-    from sparktrain.features.stages import FlatFeatureAssembler
 
-    keep = {f"__sparktrain_keep{i}": c for i, c in enumerate(df.columns)}
-    frame = df.select("*", *[F.col(quote(c)).alias(k) for k, c in keep.items()])
-    for stage in model.stages:
-        if isinstance(stage, FlatFeatureAssembler):
-            stage._set(passThroughCols=list(keep), keepInputCols=False)
-    out = model.transform(frame)
-    return out.select(*[F.col(k).alias(c) for k, c in keep.items()], *[F.col(n).cast(t).alias(n) for n, t in outputs])
+    out = model.transform(df)
+    return out.select(*[F.col(quote(c)) for c in df.columns], *[F.col(n).cast(t).alias(n) for n, t in outputs])
 
 
 def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,

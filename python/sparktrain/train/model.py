@@ -193,7 +193,6 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
     key = digest(model_bytes)
     sources = dict(sources or {})
     blocks = {c for c, _ in inputs.vectors} | {b[0] for b in inputs.bags}  # array columns: 2-D arrays
-    cards_text = ", ".join(f"'{c}' takes 0 .. {n - 1}" for c, n in inputs.categorical) or "no categorical input"
 
     def score(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -201,7 +200,7 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
         import numpy as np
 
         from sparktrain.data.arrays import column_to_numpy
-        from sparktrain.train._executor.batches import invalid_rows, scoring_arrays
+        from sparktrain.train._executor.batches import invalid_message, invalid_rows, scoring_arrays
         from sparktrain.train._executor.keras_model import to_prediction_np
         from sparktrain.train._executor.predict import get_predictor, to_outputs
 
@@ -214,12 +213,7 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
             bad = invalid_rows(batch, inputs, sources)
             if bad:
                 if handle_invalid == "error":
-                    named = ", ".join(f"'{c}' ({int(m.sum()):,} row(s))" for c, m in bad.items())
-                    raise DataError(f"input column(s) {named} of a batch of {batch.num_rows:,} rows to score hold "
-                                    f"nulls, NaN or infinite values, or category indices that are not whole numbers "
-                                    f"or have no embedding row ({cards_text}). Fix: fill them in Spark (Imputer, "
-                                    f"df.na.fill), or set handleInvalid on the model: 'skip' leaves those rows out, "
-                                    f"'keep' scores them as null")
+                    raise DataError(invalid_message(batch, bad, inputs, sources))
                 valid = ~np.logical_or.reduce(list(bad.values()))
                 scored = batch.filter(pa.array(valid))
             else:

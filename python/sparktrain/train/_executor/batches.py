@@ -110,13 +110,51 @@ def invalid_rows(batch: Any, inputs: InputSpec, sources: Dict[str, str]) -> Dict
             values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)  # nulls: NaN; decimal, bool too
             with np.errstate(invalid="ignore"):
                 wrong = ~np.isfinite(values)
-                if c in cards:  # an index with no embedding row (unseen in training, negative or fractional:
-                    # 2.7 is no category, and casting it would score it as 2) is not clamped
-                    wrong |= (values < 0) | (values >= cards[c]) | (values != np.floor(values))
+            if c in cards:  # an index with no embedding row is not clamped
+                wrong |= no_embedding_row(values, cards[c])
             bad |= wrong
         if bad.any():
             out[c] = bad
     return out
+
+
+def no_embedding_row(values: np.ndarray, cardinality: int) -> np.ndarray:
+    """Mask of the finite category indices in float64 ``values`` with no embedding row.
+
+    Outside ``0 .. cardinality - 1`` (unseen in training, or negative) or not
+    a whole number (2.7 is no category, and casting it would score it as 2).
+    """
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & ((values < 0) | (values >= cardinality) | (values != np.floor(values)))
+
+
+def invalid_message(batch: Any, bad: Dict[str, np.ndarray], inputs: InputSpec, sources: Dict[str, str]) -> str:
+    """The :class:`DataError` text for the rows of one Arrow ``batch`` that :func:`invalid_rows` found ``bad``.
+
+    The counts are this batch's (a total would need another pass over the
+    data); the range of a categorical input is named only when it holds an
+    index with no embedding row.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cards = dict(inputs.categorical)
+    blocks = {c for c, _ in inputs.vectors}
+    n = batch.num_rows
+    ranges = []
+    for c in bad:
+        if c in cards:
+            values = pc.cast(batch.column(sources.get(c, c)), pa.float64()).to_numpy(zero_copy_only=False)
+            outside = int(no_embedding_row(values, cards[c]).sum())
+            if outside:
+                ranges.append(f"'{c}' takes 0 .. {cards[c] - 1}, and {outside:,} of these rows hold another index")
+    named = ", ".join(f"'{c}' ({int(m.sum()):,} of the {n:,} rows)" for c, m in bad.items())
+    what = "nulls, NaN or infinite values" + (" (or empty arrays)" if blocks & set(bad) else "")
+    if ranges:
+        what += f", or category indices that are not whole numbers or have no embedding row ({'; '.join(ranges)})"
+    return (f"input column(s) {named} of one batch of the rows to score hold {what}; the counts are this "
+            f"batch's, other batches may hold more. Fix: fill them in Spark (Imputer, df.na.fill), or set "
+            f"handleInvalid on the model: 'skip' leaves those rows out, 'keep' scores them as null")
 
 
 def scoring_arrays(batch: Dict[str, np.ndarray], inputs: InputSpec) -> Tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,122 @@
+"""A registered model as one Spark ``PipelineModel`` that takes raw rows and keeps them.
+
+:func:`raw_scoring_model` wraps the fitted feature stages and the network
+between two stages of this module:
+
+* :class:`KeepRawColumns` (first) refuses a frame that lacks a column the
+  model reads (:class:`~sparktrain.errors.MissingColumnError`) or already has
+  a column the model adds, then copies every input column under a private name
+  (:data:`RAW_PREFIX`) and hands the feature stages only the columns they read;
+* :class:`RestoreRawColumns` (last) renames the copies back and keeps the
+  model's outputs.
+
+So ``transform`` returns every input column with its raw value and type (ids,
+the label, anything else), then ``prediction`` and the other outputs, even
+where a feature's output has the name of its source.  Both stages persist
+with ``DefaultParamsWritable``: ``model.save(path)`` then
+``PipelineModel.load(path)`` gives the same raw-in, raw-out model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from pyspark import keyword_only
+from pyspark.ml import PipelineModel, Transformer
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from sparktrain.errors import ConfigError, MissingColumnError
+from sparktrain.features._sql import quote
+
+#: Prefix of the private copies of the input columns (not the feature stages' ``__st_``, which the assembler drops).
+RAW_PREFIX = "__sparktrain_raw__"
+
+
+class KeepRawColumns(Transformer, DefaultParamsReadable, DefaultParamsWritable):
+    """First stage: check the raw frame, copy every column under :data:`RAW_PREFIX` (see the module docstring)."""
+
+    _input_kwargs: Dict[str, Any]
+
+    inputCols: "Param[List[str]]" = Param(Params._dummy(), "inputCols", "the raw columns the model reads",
+                                          typeConverter=TypeConverters.toListString)
+    outputCols: "Param[List[str]]" = Param(Params._dummy(), "outputCols", "the columns the model adds",
+                                           typeConverter=TypeConverters.toListString)
+    modelUri: "Param[str]" = Param(Params._dummy(), "modelUri", "where the model came from (for messages)",
+                                   typeConverter=TypeConverters.toString)
+
+    @keyword_only
+    def __init__(self, *, inputCols: Optional[List[str]] = None, outputCols: Optional[List[str]] = None,
+                 modelUri: Optional[str] = None) -> None:
+        super().__init__()
+        self._setDefault(inputCols=[], outputCols=[], modelUri="")
+        self._set(**self._input_kwargs)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        uri = self.getOrDefault(self.modelUri)
+        model = f"model {uri}" if uri else "the model"
+        for name in self.getOrDefault(self.inputCols):
+            if name not in dataset.columns:
+                raise MissingColumnError(name, dataset.columns, where=f"the DataFrame to score ({model} reads it)")
+        clashes = [n for n in self.getOrDefault(self.outputCols) if n in dataset.columns]
+        if clashes:
+            raise ConfigError("the DataFrame to score", clashes,
+                              f"it already has column(s) {', '.join(clashes)} that {model} adds; drop or rename "
+                              f"them (a scored frame is scored again from its raw columns)")
+        reads = [F.col(quote(c)) for c in self.getOrDefault(self.inputCols)]
+        return dataset.select(*reads, *[F.col(quote(c)).alias(RAW_PREFIX + c) for c in dataset.columns])
+
+
+class RestoreRawColumns(Transformer, DefaultParamsReadable, DefaultParamsWritable):
+    """Last stage: the private copies under their own names again, then the model's outputs."""
+
+    _input_kwargs: Dict[str, Any]
+
+    outputCols: "Param[List[str]]" = Param(Params._dummy(), "outputCols", "the columns the model adds",
+                                           typeConverter=TypeConverters.toListString)
+
+    @keyword_only
+    def __init__(self, *, outputCols: Optional[List[str]] = None) -> None:
+        super().__init__()
+        self._setDefault(outputCols=[])
+        self._set(**self._input_kwargs)
+
+    def _transform(self, dataset: DataFrame) -> DataFrame:
+        raw = [F.col(quote(c)).alias(c[len(RAW_PREFIX):]) for c in dataset.columns if c.startswith(RAW_PREFIX)]
+        return dataset.select(*raw, *[F.col(quote(c)) for c in self.getOrDefault(self.outputCols)])
+
+
+def raw_scoring_model(features: PipelineModel, network: Any, reads: Sequence[str], model_uri: str = ""):
+    """The fitted feature stages and ``network`` as one raw-in, raw-out ``PipelineModel``.
+
+    Parameters
+    ----------
+    features : PipelineModel
+        The fitted feature pipeline (its last stage is the ``FlatFeatureAssembler``).
+    network : TorchModel or KerasModel
+        The fitted network.
+    reads : sequence of str
+        The raw columns the features read (:func:`sparktrain.serve.pyfunc.raw_columns`).
+    model_uri : str
+        Named in the errors.
+
+    Returns
+    -------
+    PipelineModel
+        ``[KeepRawColumns, *feature stages, network, RestoreRawColumns]``; its
+        outputs are the network's output columns as they are set now.
+    """
+    from sparktrain.features.stages import FlatFeatureAssembler
+
+    outputs = [name for name, _ in network._output_columns()]
+    stages: List[Any] = [KeepRawColumns(inputCols=list(reads), outputCols=outputs, modelUri=model_uri)]
+    for stage in features.stages:
+        if isinstance(stage, FlatFeatureAssembler):  # the private copies ride along to the network and past it
+            stage = stage.copy({stage.keepInputCols: True})
+        stages.append(stage)
+    return PipelineModel(stages=[*stages, network, RestoreRawColumns(outputCols=outputs)])
+
+
+__all__ = ["RAW_PREFIX", "KeepRawColumns", "RestoreRawColumns", "raw_scoring_model"]
