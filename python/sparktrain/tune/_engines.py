@@ -29,13 +29,12 @@ import numpy as np
 from sparktrain._internal.secrets import mask_value
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError
+from sparktrain.tune._study import STUDIES_DIR, check_same_search, lease_target
 from sparktrain.tune.result import FINISHED, PRUNED
 from sparktrain.tune.space import CompiledSpace, max_value
 
 log = logging.getLogger(__name__)
 
-#: where a study's journal lives under ``train.store`` by default
-STUDIES_DIR = "_studies"
 #: the Optuna user attribute holding a trial's run folder name in ``train.store``
 STORE_RUN_ATTR = "store_run"
 
@@ -411,7 +410,6 @@ class OptunaEngine(Engine):
         self.where = mask_value(where)  # for messages and the search's settings: a database URL's password stays out
         direction: Literal["minimize", "maximize"] = "minimize" if goal == "min" else "maximize"
         from sparktrain.data.lease import Lease
-        from sparktrain.tune._study import check_same_search, lease_target
 
         journal = None if isinstance(storage, optuna.storages.RDBStorage) else where
         self.lease: Optional[Lease] = Lease(lease_target(cfg, self.study_name, journal), "tune.study").acquire()

@@ -32,6 +32,8 @@ from sparktrain.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+#: where a study's journal lives under ``train.store`` by default
+STUDIES_DIR = "_studies"
 #: the study's user attribute that holds the settings its trials were run with
 SEARCH_ATTR = "sparktrain_search"
 #: settings whose change gives a trial's value another meaning: refused on a continued study
@@ -97,12 +99,11 @@ def check_same_search(study: Any, cfg: JobConfig, dataset_path: Optional[str], w
 
 def lease_target(cfg: JobConfig, name: str, journal: Optional[str]) -> str:
     """What a search's lease on study ``name`` claims: its ``journal`` file, else ``<train.store>/_studies/<name>``."""
-    from sparktrain.tune._engines import STUDIES_DIR
-
     if journal:
         return journal
     store = cfg.train.store if cfg.train is not None else "work/store"
     return f"{store.rstrip('/')}/{STUDIES_DIR}/{name}"
 
 
-__all__ = ["MEANING", "RUN_ONLY", "SEARCH_ATTR", "check_same_search", "differences", "lease_target", "search_settings"]
+__all__ = ["MEANING", "RUN_ONLY", "SEARCH_ATTR", "STUDIES_DIR", "check_same_search", "differences", "lease_target",
+           "search_settings"]
