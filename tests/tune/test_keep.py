@@ -147,3 +147,41 @@ def test_a_continued_study_registers_its_best_trial_from_the_store(spark, prepar
     text = caplog.text
     assert f"trial {best.number} (val_loss = {best.metric:.5g})" in text and "trial 4 (val_loss = " in text
     assert "model is not in the store" in text and "sparktrain train <keep config> --set train.dropout=" in text
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_continued_search_whose_trials_are_all_pruned_returns_the_studys_kept_best(spark, prepared, tmp_path,
+                                                                                    caplog):
+    from mlflow import MlflowClient
+
+    from sparktrain.tune.result import PRUNED
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tune = {"engine": "optuna", "study": "pruned-study", "space": {"dropout": {"uniform": [0.0, 0.1]}}}
+    first = run_search(spark, _cfg(tmp_path, prepared, uri, {**tune, "max_trials": 2}, {"learning_rate": 0.01}),
+                       prepared)
+    best = min(first.trials, key=lambda t: t.metric)
+    assert first.model_version == "1" and first.registered_number == best.number
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "store" / "_studies" / "pruned-study.journal")))
+    for trial, stored in zip(first.trials, optuna.load_study(study_name="pruned-study", storage=journal).trials):
+        # an unpruned search keeps each trial's curve: what the pruning search below compares with
+        assert stored.intermediate_values == pytest.approx({e + 1: h["val_loss"] for e, h in enumerate(trial.history)})
+
+    # trials that cannot learn (learning rate ~0): the median pruner stops each after its first epoch
+    with caplog.at_level(logging.WARNING, logger="sparktrain.tune.search"):
+        second = run_search(spark, _cfg(tmp_path, prepared, uri, {**tune, "max_trials": 4, "pruner": "median",
+                                                                   "pruner_startup_trials": 2},
+                                        {"learning_rate": 1.0e-7}), prepared)
+    assert [(t.number, t.status, t.epochs) for t in second.trials] == [(3, PRUNED, 1), (4, PRUNED, 1)]
+    assert (second.best_number, second.best_metric) == (best.number, pytest.approx(best.metric))
+    assert second.best_params == best.params and second.model_dir == first.model_dir
+    assert second.best_model is not None and second.test_metrics == pytest.approx(first.test_metrics)
+    assert "every trial of this search (2) was pruned" in caplog.text and first.model_dir.rsplit("/", 1)[0] \
+        in caplog.text
+    assert second.model_version == "1"  # its own search registered it: no second version
+    assert [str(v.version) for v in MlflowClient(uri, uri).search_model_versions("name = 'keep-model'")] == ["1"]

@@ -60,6 +60,9 @@ class Engine:
         """The trial ended with ``status`` (``metric`` is None unless it finished or was pruned)."""
         raise NotImplementedError
 
+    def record_curve(self, handle: Any, values: Dict[int, float]) -> None:
+        """An unpruned trial's per-epoch metric (``{epoch, 0-based: value}``), before :meth:`tell`."""
+
     def settings(self) -> Dict[str, Any]:
         """What to log on the search's MLflow run."""
         return {"engine": self.name}
@@ -518,6 +521,12 @@ class OptunaEngine(Engine):
             return True  # diverged: nothing to gain from more epochs
         handle.report(float(value), step=epoch + 1)
         return bool(handle.should_prune())
+
+    def record_curve(self, handle: Any, values: Dict[int, float]) -> None:
+        """Kept as the trial's intermediate values: a later search of the study that prunes compares with them."""
+        for epoch, value in sorted(values.items()):
+            if math.isfinite(value):
+                handle.report(float(value), step=epoch + 1)
 
     def tell(self, handle: Any, status: str, metric: Optional[float], error: Optional[str] = None) -> None:
         from optuna.trial import TrialState

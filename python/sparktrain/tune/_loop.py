@@ -324,6 +324,10 @@ class SearchLoop:
             job_group=trial.group, history=history, traceback=tb, epochs=len(history),
             end_s=time.time() - self.started, gpus=tuple(outcome.gpus) if outcome else ())
         self.records.append(record)
+        if not self.pruning and history:  # the study keeps every trial's curve, for a later search that prunes
+            self.engine.record_curve(trial.handle, {int(row["epoch"]): float(row[self.metric]) for row in history
+                                                    if isinstance(row, dict) and "epoch" in row
+                                                    and isinstance(row.get(self.metric), (int, float))})
         self.engine.tell(trial.handle, status, metric, error)
         self._update_best(record, outcome, still_running)
         if status == FINISHED:
