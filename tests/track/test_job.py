@@ -537,3 +537,17 @@ def test_no_secret_at_rest(job, spark, tmp_path, caplog):
     records += [json.dumps(v.tags) for v in client.search_model_versions(f"name = '{MODEL}'")]
     assert leaks([job["base"], downloaded], {"MLflow params and tags": "\n".join(records), "log": caplog.text,
                                              "errors": f"{tune_error.value}\n{fit_error.value}"}) == []
+
+
+def test_a_store_model_folder_given_to_score_says_how_to_register_it(spark, tmp_path):
+    from sparktrain.errors import ConfigError
+    from sparktrain.serve.scoring import score_path
+
+    run = tmp_path / "store" / "abc123"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "bundle.json").write_text("{}")  # what `model saved: .../model` points at
+    with pytest.raises(ConfigError) as info:  # before: MlflowException "No such artifact: 'MLmodel'"
+        score_path(spark, str(run / "model"), str(tmp_path / "in.csv"), str(tmp_path / "out"))
+    assert info.value.path == "--model" and info.value.value == str(run / "model")
+    assert f"sparktrain register --from-store {run}" in info.value.fix
+    assert not (tmp_path / "out").exists()

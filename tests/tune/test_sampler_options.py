@@ -46,7 +46,16 @@ def _objective(params):
     ({"algo": "random", "sampler_options": {"n_startup_jobs": 3}}, "tune.sampler_options.n_startup_jobs",
      "Hyperopt's random sampler takes no options"),
     ({"sampler_options": {"n_startup_jobs": 3.0}}, "tune.sampler_options.n_startup_jobs",
-     "Hyperopt's tpe sampler takes int for 'n_startup_jobs'"),
+     "Hyperopt's tpe sampler takes int for 'n_startup_jobs', e.g. {n_startup_jobs: 5}"),
+    # ranges the samplers themselves check only once they model results, mid-search
+    ({"sampler_options": {"gamma": 1.5}}, "tune.sampler_options.gamma", "must be in (0, 1)"),
+    ({"sampler_options": {"prior_weight": -1.0}}, "tune.sampler_options.prior_weight", "must be > 0"),
+    ({"engine": "optuna", "sampler_options": {"prior_weight": -1.0}}, "tune.sampler_options.prior_weight",
+     "must be > 0"),
+    ({"engine": "optuna", "sampler": "cmaes", "sampler_options": {"popsize": 0}}, "tune.sampler_options.popsize",
+     "must be >= 1"),
+    ({"engine": "optuna", "sampler": "cmaes", "sampler_options": {"sigma0": -1.0}}, "tune.sampler_options.sigma0",
+     "must be > 0"),
 ])
 def test_an_option_the_sampler_cannot_take_is_refused_before_any_trial(spark, tmp_path, tune, path, words):
     cfg = _cfg(tmp_path, {"max_trials": 6, **tune})
@@ -115,3 +124,11 @@ def test_optuna_options_reach_the_sampler_and_name_a_study_of_their_own(tmp_path
     # options change the study; without them the name is the one earlier versions gave (a restart continues it)
     assert study_name(base, "/data/ds") == "sampler-options-2485a69f11"
     assert study_name(tuned, "/data/ds") != study_name(base, "/data/ds")
+
+
+def test_a_database_storage_without_its_driver_is_named(spark, tmp_path):
+    cfg = _cfg(tmp_path, {"engine": "optuna", "max_trials": 2, "storage": "postgresql+pg8000://ana:s3cret@127.0.0.1:1/db"})
+    with pytest.raises(ConfigError) as info:
+        run_search(spark, cfg, None, objective=_objective)
+    assert info.value.path == "tune.storage" and info.value.value == "postgresql+pg8000://ana:***@127.0.0.1:1/db"
+    assert "no database driver for it is installed" in info.value.fix and "s3cret" not in str(info.value)

@@ -127,3 +127,26 @@ def test_a_continued_search_whose_trials_are_all_pruned_says_so(spark, dataset, 
     assert "every trial of this search was pruned (2 trials)" in text and "None" not in text
     assert "the study's best, trial 1 (0.0001) of an earlier search, has no model in the store" in text
     assert [t.state.name for t in _study(tmp_path)[0].trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+
+
+@pytest.mark.parametrize("key, spec, words", [
+    ("learning_rate", {"uniform": [1e-4, 1e-1]}, "sampled learning_rate as {'loguniform': [0.0001, 0.1]}"),
+    ("dropout", {"choice": [0.0, 0.5]}, "a key's distribution kind and a choice's options"),
+])
+def test_a_space_change_optuna_cannot_take_is_refused_before_any_trial(spark, tmp_path, key, spec, words):
+    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), None, objective=_objective)
+    with pytest.raises(ConfigError) as info:  # before: a warning that the study goes on, then Optuna's ValueError
+        run_search(spark, _cfg(tmp_path, {"max_trials": 4, "space": {**SPACE, key: spec}}), None,
+                   objective=_objective)
+    assert info.value.path == f"tune.space.{key}" and info.value.value == spec and words in info.value.fix
+    assert len(_study(tmp_path)[0].trials) == 2  # no trial spent on it
+
+
+def test_a_tie_with_an_earlier_trial_is_not_called_better(spark, tmp_path):
+    def flat(params):
+        return 0.5
+
+    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), None, objective=flat)
+    second = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), None, objective=flat)
+    assert second.best_metric == 0.5 and second.best_number == 3
+    assert second.study_best_number is None  # before: trial 1, "better than this search's best"

@@ -39,6 +39,22 @@ def resolve_tracking_uri(tracking_uri: Optional[str] = None) -> str:
     return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def _refuse_store_bundle(model_uri: str) -> None:
+    """A model folder of ``train.store`` (``bundle.json``, no ``MLmodel``) is not an MLflow model: say what to do."""
+    from sparktrain.track.bundle import BUNDLE_FILE
+
+    path = model_uri[len("file://"):] if model_uri.startswith("file://") else model_uri
+    if "://" in path or ":" in path.split("/", 1)[0] or not os.path.isdir(path):
+        return
+    if os.path.isfile(os.path.join(path, BUNDLE_FILE)) and not os.path.isfile(os.path.join(path, "MLmodel")):
+        run = os.path.dirname(os.path.abspath(path).rstrip("/")) if os.path.basename(path.rstrip("/")) == "model" \
+            else path
+        raise ConfigError("--model", model_uri,
+                          f"this is a model folder of the training store ({BUNDLE_FILE}), not an MLflow model; "
+                          f"register it with `sparktrain register --from-store {run}`, then score "
+                          "models:/NAME@champion (or pass an MLflow model's path or runs:/ URI)")
+
+
 def trained_reader(model_uri: str) -> Optional[Dict[str, Any]]:
     """The ``data`` record of the model at ``model_uri`` (:func:`~sparktrain.features.reader_options.reader_record`),
     or None for an older model."""
@@ -294,6 +310,7 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
         raise ConfigError("--format" if fmt else "--option", fmt or options,
                           "reader options apply to files read with --input; a table or query is read as the "
                           "catalog defines it")
+    _refuse_store_bundle(model_uri)
     raw_uri = resolve_tracking_uri(tracking_uri)
     apart, keep_out = mlflow_paths(raw_uri)
     check_output_location(output_path, "--output", inputs=[("--input", input_path)] if input_path else [],

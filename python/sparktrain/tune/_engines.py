@@ -214,6 +214,18 @@ _STARTUP = {("hyperopt", "tpe"): ("n_startup_jobs", 20), ("optuna", "tpe"): ("n_
             ("optuna", "cmaes"): ("n_startup_trials", None)}
 
 
+#: value ranges the samplers check only once they model results (mid-search): checked before any trial here
+_RANGES: Dict[Tuple[str, str], Tuple[Callable[[Any], bool], str]] = {
+    ("hyperopt", "prior_weight"): (lambda v: v > 0, "> 0"),
+    ("hyperopt", "gamma"): (lambda v: 0 < v < 1, "in (0, 1): the share of trials TPE counts as good"),
+    ("optuna", "prior_weight"): (lambda v: v > 0, "> 0"),
+    ("optuna", "popsize"): (lambda v: v >= 1, ">= 1"),
+    ("optuna", "sigma0"): (lambda v: v > 0, "> 0"),
+    ("optuna", "restart_strategy"): (lambda v: v in ("ipop", "bipop"), "ipop or bipop"),
+}
+_EXAMPLE = {bool: "true", int: "5", float: "0.5", str: "ipop"}
+
+
 def sampler_target(engine: str, sampler: str) -> Callable[..., Any]:
     """The function or class ``tune.sampler_options`` are passed to."""
     if engine == "hyperopt":
@@ -273,10 +285,14 @@ def check_sampler(tune: TuneConfig, space: CompiledSpace) -> None:
                               fix + ("; the search seeds it from train.seed" if key == "seed" else ""))
         if not isinstance(value, valid[key]) or (isinstance(value, bool) and bool not in valid[key]):
             raise ConfigError(f"tune.sampler_options.{key}", value,
-                              f"{where} takes {' or '.join(t.__name__ for t in valid[key])} for '{key}'")
+                              f"{where} takes {' or '.join(t.__name__ for t in valid[key])} for '{key}', e.g. "
+                              f"{{{key}: {_EXAMPLE[valid[key][0]]}}}")
         if isinstance(value, int) and key.startswith("n_") and value < (0 if "startup" in key else 1):
             raise ConfigError(f"tune.sampler_options.{key}", value,
                               f"must be >= {0 if 'startup' in key else 1}")
+        bound = _RANGES.get((tune.engine, key))
+        if bound is not None and not bound[0](value):
+            raise ConfigError(f"tune.sampler_options.{key}", value, f"must be {bound[1]}")
     if tune.engine == "optuna" and tune.sampler_options:
         try:  # what only the sampler itself checks (e.g. group without multivariate)
             OptunaEngine._sampler(tune, 0)
@@ -360,7 +376,13 @@ def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None)
                                                    "keep an alembic_version table and cannot share one: give "
                                                    "Optuna its own database, or leave tune.storage out (a "
                                                    "journal file under train.store)")
-        return optuna.storages.RDBStorage(url), url
+        try:
+            return optuna.storages.RDBStorage(url), url
+        except ImportError as exc:  # SQLAlchemy found no driver for the URL's dialect
+            raise ConfigError("tune.storage", mask_value(url),
+                              f"no database driver for it is installed ({exc}); install one into this Python "
+                              "(e.g. psycopg2-binary for postgresql://, pymysql for mysql+pymysql://), or leave "
+                              "tune.storage out (a journal file under train.store)") from None
     else:
         path = os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
     from optuna.storages import JournalStorage

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from sparktrain.tune._engines import STORE_RUN_ATTR
-from sparktrain.tune.result import TrialRecord
+from sparktrain.tune.result import FINISHED, TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,9 @@ def study_best(engine: Any, records: Sequence[TrialRecord], store: Optional[str]
     best = study.best_trial
     if best.number + 1 in {r.number for r in records} or best.value is None:
         return None
+    ours = [r.metric for r in records if r.status == FINISHED and r.metric is not None]
+    if ours and (min(ours) if study.direction.name == "MINIMIZE" else max(ours)) == best.value:
+        return None  # a tie: this search's own model is as good, and the one it has
     params = json.loads(best.user_attrs.get("train_params", "{}"))
     found = EarlierBest(number=best.number + 1, metric=float(best.value), params=params)
     folder = best.user_attrs.get(STORE_RUN_ATTR)

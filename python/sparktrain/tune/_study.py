@@ -81,6 +81,8 @@ def check_same_search(study: Any, cfg: JobConfig, dataset_path: Optional[str], w
     stored = study.user_attrs.get(SEARCH_ATTR)
     diffs = differences(stored, now) if stored is not None else []
     refused = [d for d in diffs if d.split(":", 1)[0] in MEANING]
+    if stored is not None:
+        _check_space_kinds(study, stored.get("tune.space") or {}, now["tune.space"], where)
     if refused:
         first = refused[0].split(":", 1)[0]
         value = now.get(first) if first.startswith("tune.") else now["train"].get(first.split(".", 1)[1])
@@ -95,6 +97,25 @@ def check_same_search(study: Any, cfg: JobConfig, dataset_path: Optional[str], w
                     "; ".join(diffs), now["tune.metric"])
     if stored != now:
         study.set_user_attr(SEARCH_ATTR, now)
+
+
+def _kind(spec: Any) -> Any:
+    """What Optuna cannot change within a study: the distribution's kind, and a choice's options."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        return ("fixed", json.dumps(spec, sort_keys=True))
+    (kind, args), = spec.items()
+    return (kind, json.dumps(args, sort_keys=True)) if kind == "choice" else (kind,)
+
+
+def _check_space_kinds(study: Any, stored: Dict[str, Any], now: Dict[str, Any], where: str) -> None:
+    """Refuse a key whose distribution changed kind (``loguniform`` -> ``uniform``) or whose choice options changed:
+    Optuna refuses both within one study, after a trial has started."""
+    for key in sorted(set(stored) & set(now)):
+        if _kind(stored[key]) != _kind(now[key]):
+            raise ConfigError(f"tune.space.{key}", now[key],
+                              f"study '{study.study_name}' ({where}) sampled {key} as {stored[key]!r}; Optuna keeps "
+                              "a key's distribution kind and a choice's options for the life of a study (a range "
+                              "may change). Name a new study (tune.study), or set it back to continue the study")
 
 
 def lease_target(cfg: JobConfig, name: str, journal: Optional[str]) -> str:
