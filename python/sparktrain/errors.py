@@ -316,9 +316,12 @@ class LeaseHeldError(SparktrainError, RuntimeError):
         Seconds since its last heartbeat.
     stale_after : float
         Seconds without a heartbeat after which a lease is taken over.
+    clear : str, optional
+        How to take the lease over at once (default: delete the lease file).
     """
 
-    def __init__(self, what: str, target: str, lease: str, holder: dict, age: float, stale_after: float) -> None:
+    def __init__(self, what: str, target: str, lease: str, holder: dict, age: float, stale_after: float,
+                 clear: Optional[str] = None) -> None:
         from sparktrain._internal.secrets import mask_value
 
         self.what, self.target, self.lease = what, target, lease
@@ -330,8 +333,9 @@ class LeaseHeldError(SparktrainError, RuntimeError):
             f"{what} '{mask_value(target)}' is in use by another job ({who}; last heartbeat {age:.0f} s ago), so "
             f"this job was refused and wrote nothing. Fix: wait for that job to finish, or use another {what}. If "
             f"that job is gone (killed, its host lost), its lease is taken over automatically once it has sent no "
-            f"heartbeat for {stale_after:.0f} s; to take over at once, delete the lease file "
-            f"'{mask_value(lease)}' after making sure that process is not running")
+            f"heartbeat for {stale_after:.0f} s; to take over at once, "
+            + (clear or f"delete the lease file '{mask_value(lease)}'")
+            + " after making sure that process is not running")
 
 
 class OutputOverlapError(ConfigError):

@@ -150,3 +150,31 @@ def test_a_tie_with_an_earlier_trial_is_not_called_better(spark, tmp_path):
     second = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), None, objective=flat)
     assert second.best_metric == 0.5 and second.best_number == 3
     assert second.study_best_number is None  # before: trial 1, "better than this search's best"
+
+
+def test_a_database_study_is_leased_in_the_database_whatever_the_store(spark, tmp_path):
+    """Two searches with their own stores share one database study: the lease is the study's, not a store's."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from sparktrain.tune._study import LEASE_ATTR, DatabaseLease
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    tune = {"max_trials": 2, "storage": url}
+    run_search(spark, _cfg(tmp_path / "a", tune), None, objective=_objective)
+    study = optuna.load_study(study_name="kept", storage=url)
+    assert study.user_attrs[LEASE_ATTR] == {}  # released when the search ended
+    running = study.ask()
+    other = DatabaseLease(study, url).acquire(settle_s=0.0)  # a search on another host, with another store
+    try:
+        with pytest.raises(LeaseHeldError) as info:
+            run_search(spark, _cfg(tmp_path / "b", {**tune, "max_trials": 4}), None, objective=_objective)
+        assert info.value.what == "tune.study" and f"kept in {url}" in str(info.value)
+        assert f"set the study's user attribute '{LEASE_ATTR}' to {{}}" in str(info.value)
+        study = optuna.load_study(study_name="kept", storage=url)
+        assert study.trials[running.number].state == TrialState.RUNNING  # before: FAIL, and that search crashed
+    finally:
+        other.release()
+    result = run_search(spark, _cfg(tmp_path / "b", {**tune, "max_trials": 5}), None, objective=_objective)
+    assert [t.number for t in result.trials] == [4, 5]
+    assert optuna.load_study(study_name="kept", storage=url).trials[running.number].state == TrialState.FAIL

@@ -29,7 +29,7 @@ import numpy as np
 from sparktrain._internal.secrets import mask_value
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError
-from sparktrain.tune._study import STUDIES_DIR, check_same_search, lease_target
+from sparktrain.tune._study import STUDIES_DIR, DatabaseLease, check_same_search, lease_target
 from sparktrain.tune.result import FINISHED, PRUNED
 from sparktrain.tune.space import CompiledSpace, max_value
 
@@ -437,13 +437,17 @@ class OptunaEngine(Engine):
         from sparktrain.data.lease import Lease
 
         journal = None if isinstance(storage, optuna.storages.RDBStorage) else where
-        self.lease: Optional[Lease] = Lease(lease_target(cfg, self.study_name, journal), "tune.study").acquire()
+        # one search at a time: a lease file beside the journal, or the database study's own attribute (below)
+        self.lease: Any = Lease(lease_target(cfg, self.study_name, journal), "tune.study").acquire() \
+            if journal else None
         try:
             existing = self._existing(storage, self.study_name)
             self.epochs = max_epochs(tune, cfg, space)
             self.study = optuna.create_study(
                 storage=storage, study_name=self.study_name, direction=direction, load_if_exists=True,
                 sampler=self._sampler(tune, seed + existing), pruner=self._pruner(tune, self.epochs))
+            if journal is None:
+                self.lease = DatabaseLease(self.study, self.where).acquire()
             if self.study.direction.name.lower() != direction:
                 raise ConfigError("tune.study", self.study_name,
                                   f"the stored study {self.where} {self.study.direction.name.lower()}s, this search "

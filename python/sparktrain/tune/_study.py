@@ -5,10 +5,12 @@ changes.  Two things would mix it silently:
 
 * **Two searches at once.**  The second would record the first's running
   trials as failed (they look left over from a crash).  A search therefore
-  holds a lease (:mod:`sparktrain.data.lease`) on its study for as long as it
-  runs: beside the journal file, or at ``<train.store>/_studies/<name>`` for a
-  database storage.  A second search is refused with the holder's host, pid
-  and start time.
+  holds a lease on its study for as long as it runs: a lease file beside the
+  journal (:mod:`sparktrain.data.lease`), or, for a study in a database
+  (``tune.storage: postgresql://...``, which searches with other stores on
+  other hosts may share), a user attribute of the study itself
+  (:class:`DatabaseLease`) with the same holder, heartbeat and takeover
+  rules.  A second search is refused with the holder's host, pid and start time.
 * **A changed search.**  The first search records its settings on the study
   (user attribute ``sparktrain_search``).  A later search whose trials report
   a value of another meaning is refused, naming each key that differs: another
@@ -25,6 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import threading
+import time
+import uuid
 from typing import Any, Dict, List, Optional
 
 from sparktrain.config import JobConfig, TuneConfig
@@ -32,6 +38,8 @@ from sparktrain.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+#: the study's user attribute that holds a database study's lease
+LEASE_ATTR = "sparktrain_lease"
 #: where a study's journal lives under ``train.store`` by default
 STUDIES_DIR = "_studies"
 #: the study's user attribute that holds the settings its trials were run with
@@ -118,13 +126,106 @@ def _check_space_kinds(study: Any, stored: Dict[str, Any], now: Dict[str, Any], 
                               "may change). Name a new study (tune.study), or set it back to continue the study")
 
 
+class DatabaseLease:
+    """One search at a time on a study in a database: the lease is the study's user attribute :data:`LEASE_ATTR`.
+
+    Optuna has no compare-and-set on attributes, so the claim is written, then
+    read back after a moment: of two searches that start within that moment,
+    the one whose token is read back wins and the other is refused.
+
+    Parameters
+    ----------
+    study : optuna.Study
+        The loaded study.
+    where : str
+        The storage, masked (for messages).
+    """
+
+    def __init__(self, study: Any, where: str) -> None:
+        from sparktrain.data.lease import STALE_INTERVALS, _default_heartbeat
+
+        self.study, self.where = study, where
+        self.heartbeat_s = _default_heartbeat()
+        self.stale_after_s = STALE_INTERVALS * self.heartbeat_s
+        self.token = uuid.uuid4().hex
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _current(self) -> Dict[str, Any]:
+        storage = self.study._storage
+        value = storage.get_study_user_attrs(self.study._study_id).get(LEASE_ATTR)
+        return value if isinstance(value, dict) else {}
+
+    def _write(self) -> None:
+        self.study._storage.set_study_user_attr(self.study._study_id, LEASE_ATTR, {
+            "holder": {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self.started_at},
+            "token": self.token, "heartbeat_at": time.time(), "stale_after_s": self.stale_after_s})
+
+    def _refuse(self, current: Dict[str, Any]) -> None:
+        from sparktrain.errors import LeaseHeldError
+
+        raise LeaseHeldError("tune.study", f"{self.study.study_name} in {self.where}",
+                             f"user attribute '{LEASE_ATTR}'", current.get("holder") or {},
+                             time.time() - float(current.get("heartbeat_at") or 0), self.stale_after_s,
+                             clear=f"set the study's user attribute '{LEASE_ATTR}' to {{}} (Optuna: "
+                                   f"study.set_user_attr('{LEASE_ATTR}', {{}}))")
+
+    def acquire(self, settle_s: float = 0.5) -> "DatabaseLease":
+        """Claim the study or raise :class:`~sparktrain.errors.LeaseHeldError` (a stale claim is taken over)."""
+        from sparktrain.data.lease import _gone
+
+        current = self._current()
+        if current.get("token"):
+            age = time.time() - float(current.get("heartbeat_at") or 0)
+            holder = current.get("holder") or {}
+            if age <= float(current.get("stale_after_s") or self.stale_after_s) and not _gone(holder):
+                self._refuse(current)
+            log.warning("taking over the lease on study '%s' (%s): its holder (host %s, pid %s, started %s) %s",
+                        self.study.study_name, self.where, holder.get("host", "?"), holder.get("pid", "?"),
+                        holder.get("started_at", "?"), "no longer exists on this host" if _gone(holder)
+                        else f"sent no heartbeat for {age:.0f} s")
+        self._write()
+        time.sleep(settle_s)
+        won = self._current()
+        if won.get("token") != self.token:
+            self._refuse(won)
+        self._thread = threading.Thread(target=self._beat, name="sparktrain-lease-study", daemon=True)
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                if self._current().get("token") != self.token:
+                    log.warning("the lease on study '%s' was taken over by another search", self.study.study_name)
+                    return
+                self._write()
+            except Exception as exc:  # the database is down: the search's own calls report it
+                log.warning("could not renew the lease on study '%s': %s", self.study.study_name, exc)
+
+    def release(self) -> None:
+        """Stop the heartbeat and clear the claim when it is still this search's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, self.heartbeat_s))
+            self._thread = None
+        try:
+            if self._current().get("token") == self.token:
+                self.study._storage.set_study_user_attr(self.study._study_id, LEASE_ATTR, {})
+        except Exception as exc:  # the search's own outcome (or error) must come through
+            log.warning("could not release the lease on study '%s' (%s); it goes stale %.0f s after its last "
+                        "heartbeat", self.study.study_name, exc, self.stale_after_s)
+
+
 def lease_target(cfg: JobConfig, name: str, journal: Optional[str]) -> str:
-    """What a search's lease on study ``name`` claims: its ``journal`` file, else ``<train.store>/_studies/<name>``."""
+    """What a search's lease file on study ``name`` claims: its ``journal`` file, else
+    ``<train.store>/_studies/<name>``."""
     if journal:
         return journal
     store = cfg.train.store if cfg.train is not None else "work/store"
     return f"{store.rstrip('/')}/{STUDIES_DIR}/{name}"
 
 
-__all__ = ["MEANING", "RUN_ONLY", "SEARCH_ATTR", "STUDIES_DIR", "check_same_search", "differences", "lease_target",
-           "search_settings"]
+__all__ = ["DatabaseLease", "LEASE_ATTR", "MEANING", "RUN_ONLY", "SEARCH_ATTR", "STUDIES_DIR", "check_same_search",
+           "differences", "lease_target", "search_settings"]
