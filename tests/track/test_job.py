@@ -11,6 +11,7 @@ and ``mlflow models serve`` over HTTP, (c) Spark-native: the fitted
 from __future__ import annotations
 
 import json
+import logging
 import os
 import struct
 import subprocess
@@ -551,3 +552,23 @@ def test_a_store_model_folder_given_to_score_says_how_to_register_it(spark, tmp_
     assert info.value.path == "--model" and info.value.value == str(run / "model")
     assert f"sparktrain register --from-store {run}" in info.value.fix
     assert not (tmp_path / "out").exists()
+
+
+def test_score_names_text_values_that_are_not_numbers(job, spark, raw_rows, tmp_path, caplog):
+    """A CSV-like input whose numeric column holds 'n/a': scored as missing, and said so with the count."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.serve.scoring import score_path
+
+    texty = str(tmp_path / "texty.parquet")
+    df = spark.read.parquet(raw_rows)
+    bad = F.abs(F.hash("flight_id")) % 10 == 0
+    df.withColumn("distance", F.when(bad, F.lit("n/a")).otherwise(F.col("distance").cast("string"))) \
+        .write.parquet(texty)
+    expected = df.where(bad).count()
+    assert expected > 0
+    with caplog.at_level(logging.WARNING, logger="sparktrain.serve.scoring"):
+        n = score_path(spark, f"models:/{MODEL}@champion", texty, str(tmp_path / "out"), tracking_uri=job["uri"])
+    assert n == df.count()
+    assert f"column 'distance' of the scoring input '{texty}' (read as parquet) has {expected} of {n} values that " \
+        "are not numbers (e.g. 'n/a')" in caplog.text  # before: scored as missing without a word

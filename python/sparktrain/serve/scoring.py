@@ -343,6 +343,7 @@ def _score_claimed(spark: Any, model_uri: str, raw_uri: str, input_path: Optiona
         df = read_catalog(spark, table=table, query=query)
         where = f"the table '{table}'" if table is not None else "the query's result"
         described = f"table {table}" if table is not None else f"query {query}"
+    df, casts = _observe_casts(df, signature_columns(model_uri)[0])
     scored = score_dataframe(spark, df, model_uri, where=where)
     try:
         with Generation(output_path, "--output") as gen:  # a failed job leaves the previous output committed
@@ -357,7 +358,57 @@ def _score_claimed(spark: Any, model_uri: str, raw_uri: str, input_path: Optiona
         raise
     n = int(manifest["num_rows"])
     log.info("scored %d rows of %s with %s -> %s", n, mask_value(described), model_uri, mask_value(output_path))
+    _warn_casts(casts, n, where)
     return n
+
+
+_NUMERIC = ("double", "float", "long", "integer")
+
+
+def _observe_casts(df: Any, inputs: List[Tuple[str, str]]) -> Tuple[Any, Any]:
+    """``df`` counting, as the write reads it (``DataFrame.observe``: no extra pass), the values of text columns
+    the model reads as numbers that do not cast: scoring takes them as missing. ``(df, (observation, names))``."""
+    from pyspark.sql import functions as F
+
+    from sparktrain._internal.spark_compat import try_cast
+    from sparktrain.features._sql import quote
+
+    types = dict(df.dtypes)
+    names = [n for n, t in inputs if t.lower() in _NUMERIC and types.get(n) == "string"]
+    if not names:
+        return df, None
+    try:
+        from pyspark.sql import Observation
+
+        obs = Observation("sparktrain-score-casts")
+        exprs = []
+        for i, name in enumerate(names):
+            raw = F.col(quote(name))
+            bad = raw.isNotNull() & (F.trim(raw) != "") & try_cast(name, "double").isNull()
+            exprs += [F.sum(F.when(bad, 1).otherwise(0)).alias(f"bad{i}"), F.min(F.when(bad, raw)).alias(f"ex{i}")]
+        return df.observe(obs, *exprs), (obs, names)
+    except Exception as exc:  # an engine without observe (some Connect servers): score without the count
+        log.debug("score: no cast count (%s)", exc)
+        return df, None
+
+
+def _warn_casts(casts: Any, rows: int, where: str) -> None:
+    """One warning per column with values that did not cast (scored as missing): the count and one of them."""
+    if casts is None:
+        return
+    obs, names = casts
+    try:
+        got = obs.get
+    except Exception as exc:
+        log.debug("score: no cast count (%s)", exc)
+        return
+    for i, name in enumerate(names):
+        bad = int(got.get(f"bad{i}") or 0)
+        if bad:
+            log.warning("score: column '%s' of %s has %d of %d values that are not numbers (e.g. %r); they were "
+                        "scored as missing. If they mean missing, set the reader's nullValue (--option "
+                        "nullValue=...); otherwise clean them before scoring (training refuses such values)",
+                        name, where, bad, rows, got.get(f"ex{i}"))
 
 
 _READ_FAILURES = ("FAILED_READ_FILE", "is not a Parquet file", "Malformed records are detected",
