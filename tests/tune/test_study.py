@@ -82,8 +82,10 @@ def test_a_second_search_on_a_study_in_use_is_refused_and_its_running_trial_is_l
     other = Lease(journal, "tune.study").acquire()  # ... and that search's hold on the study
     try:
         with pytest.raises(LeaseHeldError) as info:
-            run_search(spark, _cfg(tmp_path, {"max_trials": 4}), None, objective=_objective)
+            run_search(spark, _cfg(tmp_path, {"max_trials": 4}), None, objective=_objective,
+                       tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
         assert info.value.what == "tune.study" and info.value.target == journal
+        assert not (tmp_path / "mlflow.db").exists()  # refused before the tracking: no FAILED runs left behind
         assert "is in use by another job" in str(info.value)
         study, _ = _study(tmp_path)
         assert study.trials[running.number].state == TrialState.RUNNING  # before: recorded FAIL under its search

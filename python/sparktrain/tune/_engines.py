@@ -424,7 +424,7 @@ class OptunaEngine(Engine):
 
     def __init__(self, space: CompiledSpace, cfg: JobConfig, goal: str, seed: int = 0,
                  dataset_path: Optional[str] = None, tracking_uri: Optional[str] = None,
-                 run_id_of: Optional[Callable[[int], str]] = None) -> None:
+                 run_id_of: Optional[Callable[[int], Optional[str]]] = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the loop logs every trial itself
@@ -538,8 +538,9 @@ class OptunaEngine(Engine):
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         trial.set_user_attr("train_params", json.dumps(params, default=list))
-        if self.run_id_of is not None:
-            trial.set_user_attr(STORE_RUN_ATTR, self.run_id_of(trial.number + 1))
+        run = self.run_id_of(trial.number + 1) if self.run_id_of is not None else None
+        if run:
+            trial.set_user_attr(STORE_RUN_ATTR, run)
         return trial.number + 1, trial, params
 
     def report(self, handle: Any, epoch: int, value: float) -> bool:
@@ -582,7 +583,8 @@ class OptunaEngine(Engine):
 
 
 def make_engine(space: CompiledSpace, cfg: JobConfig, goal: str, seed: int, dataset_path: Optional[str],
-                tracking_uri: Optional[str] = None, run_id_of: Optional[Callable[[int], str]] = None) -> Engine:
+                tracking_uri: Optional[str] = None,
+                run_id_of: Optional[Callable[[int], Optional[str]]] = None) -> Engine:
     """The engine ``tune.engine`` names (``run_id_of``: see :class:`OptunaEngine`)."""
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]
     if tune.engine == "optuna":

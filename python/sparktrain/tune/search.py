@@ -118,20 +118,27 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # check_search refuses None
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
     mode = "objective" if objective is not None else tune.mode
-    tracker = None
-    if tracking_uri or cfg.tracking.enabled:  # the tracking preflight comes first: fail before any compute
-        from sparktrain.tune._tracking import TrialTracker
-
-        tracker = TrialTracker(cfg, tracking_uri=tracking_uri, parent_run_id=parent_run_id)
+    tracker: Any = None
     t0 = time.perf_counter()
     failed = True
     runner: Any = None
     engine: Any = None
+    made: Dict[str, Any] = {}
+
+    def run_id_of(number: int) -> Optional[str]:  # a trial's run folder in the store (training trials)
+        find = getattr(getattr(made.get("runner"), "plan", None), "run_id", None)
+        return find(number) if find is not None else None
+
     try:
-        runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
-        run_id_of = getattr(getattr(runner, "plan", None), "run_id", None)  # a trial's run folder (training)
+        # the study (and its lease) first: a search refused for a study in use leaves nothing, not even a run
         engine = make_engine(space, cfg, goal, seed=(cfg.train.seed if cfg.train else 0), dataset_path=dataset_path,
                              tracking_uri=tracking_uri, run_id_of=run_id_of)
+        if tracking_uri or cfg.tracking.enabled:  # the tracking preflight, before any compute
+            from sparktrain.tune._tracking import TrialTracker
+
+            tracker = TrialTracker(cfg, tracking_uri=tracking_uri, parent_run_id=parent_run_id)
+        runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
+        made["runner"] = runner
         to_run = tune.max_trials - engine.previous
         log.info("tuning %s over %s: %d trials, mode %s, %d at a time, %s %s%s (%simize %s)", cfg.name,
                  describe(space), to_run, mode, concurrency, tune.engine, tune.effective_sampler,
