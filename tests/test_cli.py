@@ -304,3 +304,15 @@ def test_score_reads_a_json_file_as_the_model_was_trained(tmp_path):
     assert f"error: config key '--format' = 'json': Spark cannot read the scoring input '{tmp_path / 'houses.csv'}' " \
            f"as json (chosen by the format the model was trained with (data.format))" in err
     assert "Traceback" not in err and not (tmp_path / "scored_csv").exists()
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_130(monkeypatch, capsys):
+    from sparktrain import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_dispatch", interrupted)  # what a Ctrl-C in any stage reaches main as
+    assert cli.main(["tune", str(FLIGHTS_YAML)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted: sparktrain tune stopped by Ctrl-C" and "Traceback" not in err

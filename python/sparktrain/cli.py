@@ -160,6 +160,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.error("%s", text)
         print(f"error: {text}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the stages cancel their Spark jobs on the way out; one line, not a traceback
+        print(f"interrupted: sparktrain {args.command} stopped by Ctrl-C", file=sys.stderr)
+        return 130
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -311,11 +311,12 @@ def test_an_interrupted_search_stops_its_running_trials_before_it_raises(spark, 
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGINT)
 
-    cfg = _cfg(tmp_path, tune={"max_trials": 4, "parallelism": 2, "algo": "random",
-                               "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = _cfg(tmp_path, tune={"max_trials": 4, "parallelism": 2, "engine": "optuna", "sampler": "random",
+                               "study": "interrupted", "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
     threading.Thread(target=interrupt_once_both_run, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        run_search(spark, cfg, None, objective=objective)
+        run_search(spark, cfg, None, objective=objective, tracking_uri=uri)
         time.sleep(60)  # the interrupt lands here if the search ended first: the checks below fail
     assert len(os.listdir(beats)) == 2
     assert spark.sparkContext.statusTracker().getActiveJobsIds() == []
@@ -323,6 +324,20 @@ def test_an_interrupted_search_stops_its_running_trials_before_it_raises(spark, 
     time.sleep(1.5)
     assert {p: os.path.getsize(beats / p) for p in os.listdir(beats)} == sizes  # their tasks have ended
     assert all(n < 600 for n in sizes.values())
+    # recorded as interrupted: before, the study's trials and their MLflow runs stayed RUNNING
+    import optuna
+    from mlflow import MlflowClient
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "store" / "_studies" / "interrupted.journal")))
+    trials = optuna.load_study(study_name="interrupted", storage=journal).trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert all("interrupted" in t.user_attrs["error"] for t in trials)
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              "tags.sparktrain.trial != ''")
+    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"]
 
 
 def test_early_stopping_after_k_trials_without_improvement(spark, tmp_path):

@@ -221,9 +221,23 @@ class SearchLoop:
                     if not ended:
                         log.warning("trial %d: its Spark tasks still ran %.0f s after the cancel (job group %s)",
                                     trial.number, _INTERRUPT_WAIT_S, trial.group)
+                self._record_interrupted(running.values())
                 raise
         self.records.sort(key=lambda r: r.number)
         return self.records
+
+    def _record_interrupted(self, trials: Any) -> None:
+        """Trials the interrupt stopped: KILLED to the engine (a study keeps no RUNNING trial) and the tracker."""
+        for trial in trials:
+            record = TrialRecord(number=trial.number, params=trial.params, status=KILLED, metric=None, metrics={},
+                                 error="interrupted: the search was stopped (Ctrl-C)",
+                                 seconds=time.time() - trial.started, objective_seconds=None, job_group=trial.group,
+                                 history=(), traceback=None, epochs=0, end_s=time.time() - self.started)
+            try:
+                self.engine.tell(trial.handle, KILLED, None, record.error)
+                self.listener.on_finish(record)
+            except Exception as exc:  # noqa: BLE001 - the interrupt is what the caller must see
+                log.warning("trial %d: could not record it as interrupted: %s", trial.number, exc)
 
     def _run_one(self, trial: _Running) -> TrialOutcome:
         with spark_compat.job_group(self.spark, trial.group, f"sparktrain tune: trial {trial.number}"):
