@@ -58,14 +58,13 @@ class SchemaError(SparktrainError, ValueError):
 class MissingColumnError(SchemaError, KeyError):
     """A configured column is not in the data."""
 
-    def __init__(self, column: str, available: Iterable[str], where: str = "the DataFrame") -> None:
+    def __init__(self, column: str, available: Iterable[str], where: str = "the DataFrame",
+                 fix: str = "Fix the column name in the config or add the column.") -> None:
         available = list(available)
         close = difflib.get_close_matches(column, available, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        super().__init__(
-            f"column '{column}' is not in {where}.{hint} Columns that exist: "
-            f"{', '.join(available)}. Fix the column name in the config or add the column."
-        )
+        super().__init__(f"column '{column}' is not in {where}.{hint} Columns that exist: "
+                         f"{', '.join(available)}. {fix}")
         self.column = column
 
     def __str__(self) -> str:

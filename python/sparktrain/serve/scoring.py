@@ -186,8 +186,10 @@ def _spark_type(mlflow_type: str) -> str:
     return MLFLOW_TO_SPARK.get(t, "string")
 
 
-def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataFrame to score"):
-    """``df`` with the model's outputs added, via ``mlflow.pyfunc.spark_udf`` (lazy)."""
+def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataFrame to score",
+                    missing_fix: str = "Add the column, or rename the one that holds it."):
+    """``df`` with the model's outputs added, via ``mlflow.pyfunc.spark_udf`` (lazy); ``missing_fix`` ends the
+    error for a column the model reads that ``df`` lacks."""
     import mlflow.pyfunc
     from pyspark.sql import functions as F
 
@@ -196,7 +198,8 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
     inputs, outputs = signature_columns(model_uri)
     for name, _ in inputs:
         if name not in df.columns:
-            raise MissingColumnError(name, df.columns, where=f"{where} (model {model_uri} reads it)")
+            raise MissingColumnError(name, df.columns, where=f"{where} (model {model_uri} reads it)",
+                                     fix=missing_fix)
     clashes = [n for n, _ in outputs if n in df.columns]
     if clashes:
         raise ConfigError("--input", where, f"it already has column(s) {', '.join(clashes)} that scoring adds; "
@@ -344,7 +347,12 @@ def _score_claimed(spark: Any, model_uri: str, raw_uri: str, input_path: Optiona
         where = f"the table '{table}'" if table is not None else "the query's result"
         described = f"table {table}" if table is not None else f"query {query}"
     df, casts = _observe_casts(df, signature_columns(model_uri)[0])
-    scored = score_dataframe(spark, df, model_uri, where=where)
+    fix = "Add the column to the input, or rename the one that holds it."
+    if input_path is not None and fmt is None and os.path.splitext(input_path.rstrip("/").lower())[1] in _EXTENSIONS \
+            and input_format(input_path) != chosen:
+        fix = (f"The input's extension says {input_format(input_path)}, but it was read as {chosen} ({why}); "
+               f"if it is {input_format(input_path)}, add --format {input_format(input_path)}. Otherwise: " + fix)
+    scored = score_dataframe(spark, df, model_uri, where=where, missing_fix=fix)
     try:
         with Generation(output_path, "--output") as gen:  # a failed job leaves the previous output committed
             scored.write.mode("append").parquet(gen.uri)  # a new folder (it holds only its marker)
