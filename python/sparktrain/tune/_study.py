@@ -153,12 +153,11 @@ class DatabaseLease:
         self._thread: Optional[threading.Thread] = None
 
     def _current(self) -> Dict[str, Any]:
-        storage = self.study._storage
-        value = storage.get_study_user_attrs(self.study._study_id).get(LEASE_ATTR)
+        value = self.study.user_attrs.get(LEASE_ATTR)  # read from the storage at each call
         return value if isinstance(value, dict) else {}
 
     def _write(self) -> None:
-        self.study._storage.set_study_user_attr(self.study._study_id, LEASE_ATTR, {
+        self.study.set_user_attr(LEASE_ATTR, {
             "holder": {"host": socket.gethostname(), "pid": os.getpid(), "started_at": self.started_at},
             "token": self.token, "heartbeat_at": time.time(), "stale_after_s": self.stale_after_s})
 
@@ -212,7 +211,7 @@ class DatabaseLease:
             self._thread = None
         try:
             if self._current().get("token") == self.token:
-                self.study._storage.set_study_user_attr(self.study._study_id, LEASE_ATTR, {})
+                self.study.set_user_attr(LEASE_ATTR, {})
         except Exception as exc:  # the search's own outcome (or error) must come through
             log.warning("could not release the lease on study '%s' (%s); it goes stale %.0f s after its last "
                         "heartbeat", self.study.study_name, exc, self.stale_after_s)
