@@ -108,6 +108,13 @@ def test_reader_errors_carry_the_config_key(spark, tmp_path):
         load_input(spark, DataConfig(source=str(tmp_path / "a.csv"), format="csv", options={"encoding": "nope"}))
     with pytest.raises(DatasetNotFoundError, match=r"data.source '.*nope.parquet' does not exist. Fix the path"):
         load_input(spark, DataConfig(source=str(tmp_path / "nope.parquet")))
+    # a Java failure (py4j): Spark's own reason, not "An error occurred while calling o54.parquet"
+    with pytest.raises(ConfigError) as info:
+        load_input(spark, DataConfig(source=str(tmp_path / "a.csv"), format="parquet")).count()
+    assert str(info.value).startswith(f"config key 'data.source' = '{tmp_path / 'a.csv'}': Spark cannot read "
+                                      f"'{tmp_path / 'a.csv'}' as parquet: SparkException: "
+                                      f"[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] Encountered error while reading "
+                                      f"file file:{tmp_path / 'a.csv'}")
 
 
 def test_no_input_is_refused_before_any_job(spark):
@@ -115,3 +122,16 @@ def test_no_input_is_refused_before_any_job(spark):
 
     with pytest.raises(ConfigError, match=r"config key 'data.source' = None: no input data"):
         load_input(spark, DataConfig())
+
+
+def test_error_summary_gives_sparks_reason_not_py4js_wrapper():
+    from sparktrain._internal.spark_compat import error_summary
+
+    wrapped = ("An error occurred while calling o54.load.\n: org.apache.spark.SparkException: [X.Y] bad footer.\n"
+               "\tat org.apache.spark.Foo.bar(Foo.scala:1)\n")
+    assert error_summary(wrapped) == "SparkException: [X.Y] bad footer"
+    assert error_summary("An error occurred while calling o54.load.\n: java.io.IOException: disk") == \
+        "IOException: disk"
+    assert error_summary("plain first line.\nsecond") == "plain first line"
+    assert error_summary("x" * 500, limit=10) == "x" * 10 + "..."
+    assert error_summary(ValueError()) == "ValueError"

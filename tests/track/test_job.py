@@ -419,6 +419,9 @@ def test_score_reads_with_the_models_format_and_refuses_another_without_format(j
     assert f"Spark cannot read the scoring input '{as_json}' as parquet (chosen by the format the model was " \
            f"trained with (data.format))" in text
     assert "Fix: pass --format with the file's own format (csv, json, orc)" in text
+    # Spark's reason, not py4j's "An error occurred while calling o54.load"
+    assert "as parquet (chosen by the format the model was trained with (data.format)): SparkException: " \
+           "[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER]" in text and "An error occurred while calling" not in text
     assert "Traceback" not in text and "\tat " not in text and not out.exists()
     n = score_path(spark, uri, str(as_json), str(out), fmt="json", tracking_uri=job["uri"])
     from_json = _by_key(spark.read.parquet(*committed_files(str(out))).select("flight_id", "probability").toPandas())

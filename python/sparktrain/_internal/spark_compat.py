@@ -36,6 +36,30 @@ from typing import Dict, Iterator, Optional
 log = logging.getLogger(__name__)
 
 
+_PY4J_WRAPPER = re.compile(r"^An error occurred while calling [\w.]+\.?$")
+_JAVA_CLASS = re.compile(r"^:?\s*(?:[a-z_$][\w$]*\.)+([A-Z][\w$]*(?:Exception|Error)):\s*")
+
+
+def error_summary(exc: object, limit: int = 400) -> str:
+    """The line of a Spark error that says what went wrong, at most ``limit`` characters.
+
+    py4j's own first line (``An error occurred while calling o54.load.``)
+    names only a JVM object; Spark's reason is the Java exception's message on
+    the next line.  That line is returned instead, with the Java package cut
+    from the class name (``SparkException: [FAILED_READ_FILE...] ...``).
+    ``exc`` may be an exception or its text.
+    """
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__ if isinstance(exc, BaseException) else ""
+    line = lines[0]
+    if _PY4J_WRAPPER.match(line) and len(lines) > 1:
+        line = _JAVA_CLASS.sub(lambda m: m.group(1) + ": ", lines[1])
+    line = line.rstrip(". ")
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
 def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 

@@ -148,9 +148,9 @@ def _condition(exc: BaseException) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = (text[0] if text else type(exc).__name__).rstrip(". ")
-    return line if len(line) <= 400 else line[:400] + "..."
+    from sparktrain._internal.spark_compat import error_summary
+
+    return error_summary(exc)
 
 
 __all__ = ["Embedded", "EmbeddedLoader", "catalog_tables", "load_input"]

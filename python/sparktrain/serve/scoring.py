@@ -139,9 +139,9 @@ def read_input(spark: Any, path: str, fmt: Optional[str] = None, options: Option
 
 def unreadable(path: str, fmt: str, why: str, cause: Any) -> ConfigError:
     """The error for a scoring input Spark cannot read as ``fmt``: the file, the format and the fix."""
-    text = str(cause).strip().splitlines()
-    first = (text[0] if text else type(cause).__name__).rstrip(". ")
-    first = first if len(first) <= 300 else first[:300] + "..."
+    from sparktrain._internal.spark_compat import error_summary
+
+    first = error_summary(cause, limit=300) or type(cause).__name__
     return ConfigError("--format", fmt, f"Spark cannot read the scoring input '{path}' as {fmt} (chosen by {why}): "
                                         f"{first}. Fix: pass --format with the file's own format "
                                         f"({', '.join(f for f in FORMATS if f != fmt)}), and --option for its "

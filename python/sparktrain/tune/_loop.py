@@ -383,9 +383,9 @@ class SearchLoop:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}"[:1000]
+    from sparktrain._internal.spark_compat import error_summary
+
+    return f"{type(exc).__name__}: {error_summary(exc, limit=1000)}"[:1000]
 
 
 def _short(params: Dict[str, Any]) -> str:
