@@ -241,6 +241,8 @@ class TrainingStalledError(TrainingError):
             f"was stuck in {_PHASES.get(phase, phase)}"
         if info.get("spark_task"):
             what += {"RUNNING": "; Spark reports its task still running: the process is alive but silent",
+                     "PENDING": "; Spark's retry of the stage never started its task (it waited for free task "
+                                "slots)",
                      "unknown": "; Spark's status tracker could not say whether its task runs"
                      }.get(info["spark_task"], f"; Spark reports its task {info['spark_task']}")
         super().__init__(
@@ -250,6 +252,27 @@ class TrainingStalledError(TrainingError):
             f"lost host), or raise "
             f"stallTimeout (train.stall_timeout_s) if its steps are legitimately that slow; {resume}",
             rank=info.get("rank"), host=info.get("host"))
+
+
+class SlotsUnavailableError(TrainingError):
+    """Spark's retry of a failed training stage waited ``stallTimeout`` seconds for task slots that never came.
+
+    A retried barrier stage starts only when all its tasks can start at once; after a lost executor
+    that may be never.  The retry was cancelled; ``needed``, ``free`` and ``waited_s`` say why.
+    """
+
+    def __init__(self, run_id: str, needed: int, free: int, waited_s: float, cause: str = "",
+                 min_workers: Optional[int] = None) -> None:
+        self.run_id, self.needed, self.free, self.waited_s = run_id, needed, free, waited_s
+        first = f"{cause} -- then " if cause else ""
+        elastic = (f"lower minWorkers (train.min_workers, now {min_workers}) to at most {free}"
+                   if min_workers is not None else
+                   f"set elastic=True (train.elastic) with minWorkers <= {free} to continue on the free slots")
+        super().__init__(
+            f"{first}Spark's retry of the training stage waited {waited_s:.0f} s (stallTimeout) for {needed} task "
+            f"slots at once, and only {free} were free (an executor was lost and not replaced). The retry was "
+            f"cancelled. Fix: add executors (or free the slots other jobs hold), or {elastic}; fit again with "
+            f"runId={run_id!r} to resume from the last checkpoint")
 
 
 class OutputNotOwnedError(SparktrainError, FileExistsError):

@@ -322,3 +322,73 @@ def test_elastic_run_continues_on_the_free_slots(spark, rows_dataset, tmp_path):
     resumed = [e for e in _events(store, "elastic") if e["event"] == "resumed"][-1]
     assert resumed["world_size"] == 1 and resumed["batch_size"] == 128
     assert model.history[-1]["val_loss"] < 0.5 and model.history[-1]["val_accuracy"] > 0.8
+
+
+@pytest.mark.torch
+def test_a_retry_that_never_gets_its_slots_ends_with_a_clear_error(spark, rows_dataset, tmp_path):
+    """Not elastic: after a rank fails, another job holds one of the two slots; Spark's retry would wait forever.
+
+    The wait is bounded by stallTimeout: the retry is cancelled (the other job is not) and the error
+    names the slots needed and free, the rank's failure, the fixes and the run id to resume; the
+    run's checkpoint stays in the store.
+    """
+    import threading
+    import time
+
+    from sparktrain.errors import SlotsUnavailableError
+    from sparktrain.train.estimator import TorchEstimator
+
+    sc = spark.sparkContext
+    started, holder_done = threading.Event(), threading.Event()
+    outcome = {}
+
+    def hold_a_slot() -> None:
+        sc.setJobGroup("hold-a-slot-2", "a job holding one task slot", interruptOnCancel=True)
+        started.set()
+        try:
+            outcome["rows"] = sc.parallelize([0], 1).map(lambda x: time.sleep(45) or x).collect()
+        except Exception as exc:  # noqa: BLE001 - cancelled in the finally below, if still running
+            outcome["error"] = str(exc)[:200]
+        holder_done.set()
+
+    holder = threading.Thread(target=hold_a_slot, daemon=True)
+
+    class StartHolder:
+        def on_step(self, epoch, step, metrics):
+            pass
+
+        def on_epoch(self, epoch, metrics):
+            if epoch == 0 and holder.ident is None:
+                holder.start()
+                started.wait(10)
+                time.sleep(1.0)  # its task is queued behind the barrier stage
+
+    store = tmp_path / "store"
+    os.environ["SPARKTRAIN_FAULT_INJECT"] = "1:1:12:raise"
+    t0 = time.monotonic()
+    try:
+        est = TorchEstimator(numWorkers=2, epochs=3, batchSize=64, learningRate=0.01, labelCol="label",
+                             store=str(store), runId="no-slots", logEverySteps=5, checkpointEverySteps=5,
+                             excludeCols=["row_id"], shuffleBuffer=256, seed=3, stallTimeout=12.0)
+        est.show_progress = False
+        est.setCallbacks([StartHolder()])
+        with pytest.raises(SlotsUnavailableError) as info:
+            est.fit(rows_dataset)
+        waited = time.monotonic() - t0
+        holder_running = not holder_done.is_set()
+    finally:
+        os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
+        holder_done.wait(60)
+        sc.cancelJobGroup("hold-a-slot-2")
+        if holder.ident is not None:
+            holder.join(60)
+    err = info.value
+    assert (err.needed, err.free, err.run_id) == (2, 1, "no-slots")
+    assert 12.0 <= err.waited_s < 40.0 and waited < 45.0  # ended by stallTimeout, not by the holder's end
+    text = str(err)
+    assert "injected failure on rank 1" in text, text  # the rank's own failure comes first
+    for words in ("2 task slots", "only 1 were free", "stallTimeout", "elastic=True", "minWorkers <= 1",
+                  "runId='no-slots'"):
+        assert words in text, (words, text)
+    assert holder_running and outcome.get("rows") == [0]  # the other job was not cancelled: it finished
+    assert any((store / "no-slots" / "checkpoints").rglob("*")), "the run's checkpoint is kept to resume from"

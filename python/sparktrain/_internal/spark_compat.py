@@ -246,8 +246,10 @@ def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[st
     """What Spark's status tracker says about ``partition``'s task in ``group``'s newest stage of ``num_tasks`` tasks.
 
     ``RUNNING``, ``SUCCESS``, ``FAILED``, ``KILLED``, ... of the task's newest
-    attempt in the stage's current attempt; ``None`` when Spark cannot say
-    (under Connect there is no status tracker on the client).
+    attempt in the stage's current attempt; ``PENDING`` when the stage is a
+    retry that has not started that task yet (a barrier retry waits for all
+    its slots at once); ``None`` when Spark cannot say (under Connect there is
+    no status tracker on the client).
     """
     if is_connect(spark):
         return None
@@ -267,6 +269,8 @@ def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[st
                 newest = t
         if newest is not None:
             return str(newest.status())
+        if sinfo.currentAttemptId >= 1:
+            return "PENDING"
     return None
 
 

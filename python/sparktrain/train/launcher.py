@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
-from sparktrain.errors import TrainingError, TrainingStalledError
+from sparktrain.errors import SlotsUnavailableError, TrainingError, TrainingStalledError
 from sparktrain.train._executor.spec import WorkerSpec
 from sparktrain.train._executor.task import ERROR_MARKER, RESULT_SCHEMA, make_task
 from sparktrain.train.progress import ProgressServer, RequestHandler, TrainingCallback, connection_cap
@@ -107,7 +107,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
                                   elastic if can_relaunch else None, handlers or {})
             result.world_sizes = sizes
             return result
-        except TrainingStalledError:
+        except (TrainingStalledError, SlotsUnavailableError):
             raise
         except TrainingError as exc:
             if elastic is None or not can_relaunch:
@@ -147,16 +147,21 @@ class _SlotMonitor:
     logged; with an elastic policy (given only while :func:`launch` may still
     relaunch), a wait of ``ELASTIC_SETTLE_S`` with at least ``min_workers``
     free slots cancels the stage so that :func:`launch` continues on them.
+    Any other wait is bounded by ``give_up_s`` (``stallTimeout``: no rank can
+    make progress meanwhile): the stage is cancelled and ``gave_up`` says
+    how long it waited and how many slots were free.
     """
 
     WARN_S = 30.0
 
     def __init__(self, spark, group: str, num_workers: int, run_id: str, elastic: Optional[ElasticPolicy],
-                 poll: float = 0.5) -> None:
+                 poll: float = 0.5, give_up_s: float = 600.0) -> None:
         import threading
 
         self.spark, self.group, self.n, self.run_id, self.elastic = spark, group, num_workers, run_id, elastic
+        self.give_up_s = give_up_s
         self.free: Optional[int] = None  # set when the monitor cancelled the stage
+        self.gave_up: Optional[Dict[str, float]] = None  # {"waited_s", "free"} when the wait hit give_up_s
         self._poll = poll
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sparktrain-slots", daemon=True)
@@ -180,11 +185,16 @@ class _SlotMonitor:
                 self.free = free
                 spark_compat.cancel_group(self.spark, self.group)
                 return
+            if now - since >= self.give_up_s:
+                self.gave_up = {"waited_s": now - since, "free": free}
+                spark_compat.cancel_group(self.spark, self.group)
+                return
             if now - since >= warned + self.WARN_S:
                 warned = now - since
-                log.warning("run %s: the retry of the training stage has waited %.0f s for %d task slots, %d free%s",
-                            self.run_id, now - since, self.n, free,
-                            "" if self.elastic else "; with elastic=True (minWorkers) it would continue on them")
+                log.warning("run %s: the retry of the training stage has waited %.0f s for %d task slots, %d free%s; "
+                            "it gives up at %.0f s (stallTimeout)", self.run_id, now - since, self.n, free,
+                            "" if self.elastic else "; with elastic=True (minWorkers) it would continue on them",
+                            self.give_up_s)
 
     def close(self) -> None:
         self._stop.set()
@@ -225,7 +235,7 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
         df = spark_compat.map_in_arrow_barrier(spark.range(0, n, 1, numPartitions=n), make_task(spec),
                                                RESULT_SCHEMA, profile).repartition(1)
         if own_group:
-            slots = _SlotMonitor(spark, group, n, spec.run_id, elastic)
+            slots = _SlotMonitor(spark, group, n, spec.run_id, elastic, give_up_s=spec.failure.stall_timeout_s)
         try:
             if own_group:
                 with spark_compat.job_group(spark, group, f"sparktrain training, run {spec.run_id}"):
@@ -236,6 +246,12 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
             stalled = watchdog.stalled if watchdog is not None else None
             if stalled is not None:
                 raise TrainingStalledError(stalled, spec.failure.stall_timeout_s) from exc
+            if slots is not None and slots.gave_up is not None:
+                cause = _root_cause(spec) or {}
+                raise SlotsUnavailableError(spec.run_id, n, int(slots.gave_up["free"]), slots.gave_up["waited_s"],
+                                            str(cause.get("message", "")).strip().splitlines()[0][:300]
+                                            if cause.get("message") else "",
+                                            elastic.min_workers if elastic is not None else None) from exc
             if slots is not None and slots.free is not None:
                 cause = _root_cause(spec) or {}
                 raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "
@@ -353,7 +369,7 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]],
     lost = _LOST_TASK_RE.search(text)
     rank = int(lost.group(1)) if lost else None
     hint = _DIED_HINT if _DIED_RE.search(text) else ""
-    summary = text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__
+    summary = spark_compat.error_summary(text, limit=500) if text.strip() else type(exc).__name__
     return _training_error(summary + hint, rank=rank, host=None, remote_traceback=_tail(text))
 
 

@@ -19,7 +19,10 @@ task.  A task Spark reports finished is not stalled (its rank is done); one
 Spark reports failed is Spark's to retry; one Spark reports running while its
 rank says nothing has probably lost its progress channel (the worker
 reconnects with backoff), so it gets a second ``timeout`` before the fit is
-stopped, and the error says what Spark reported.  Its peers waiting for it in
+stopped, and the error says what Spark reported.  A task a retried stage has
+not started (``PENDING``: the retry waits for all its slots) gets the same
+second ``timeout``; the launcher's slot monitor ends such a wait first, with
+an error that names the slots.  Its peers waiting for it in
 a collective get the same second ``timeout``: they are not the culprit.
 
 While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
@@ -126,6 +129,12 @@ class StallWatchdog:
             if first:
                 log.warning("rank %d is silent, and Spark reports its task %s: %s", rank, state,
                             "it finished" if state == "SUCCESS" else "Spark retries or fails the stage")
+            return False
+        if state == "PENDING" and age < 2 * limit:
+            if first:
+                log.warning("rank %d is silent: Spark's retry of the training stage has not started its task yet "
+                            "(a barrier retry waits for all its task slots); stopping the fit at %.0f s if it does "
+                            "not start", rank, 2 * limit)
             return False
         if state == "RUNNING" and age < 2 * limit:
             if first:
