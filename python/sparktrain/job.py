@@ -296,10 +296,16 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
     dataset_path = resolve(dataset_path)  # a committed output: its generation (what every later read uses)
     t0 = time.perf_counter()
     est = estimator_from_config(cfg.train, cfg.data.label, run_id=run_id).setCallbacks(list(callbacks))
-    model = est.fit(dataset_path)
     test_path = f"{dataset_path.rstrip('/')}/test"
+    has_test = exists(test_path)  # local path or filesystem URI (hdfs://, s3://)
+    if has_test:  # Spark evaluates it after training: a connector it lacks must fail now, not after the fit
+        from sparktrain._internal.spark_compat import check_spark_reads
+
+        check_spark_reads(spark, [test_path], "output.path", "the dataset's test split (evaluated with Spark after "
+                                                             "training; nothing was trained)")
+    model = est.fit(dataset_path)
     test, baseline = {}, {}
-    if exists(test_path):  # local path or filesystem URI (hdfs://, s3a://)
+    if has_test:
         test = evaluate_model(model, spark.read.parquet(test_path)).metrics
         if cfg.train.compare_baseline:
             baseline = mllib_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics

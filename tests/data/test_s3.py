@@ -241,3 +241,79 @@ def test_a_bad_aws_max_attempts_is_refused_by_name(s3, monkeypatch):
     with pytest.raises(ConfigError, match=r"AWS_MAX_ATTEMPTS \(environment variable\)' = 'three'.*integer such as 3"):
         resolve(s3.prefix("store"))
     assert resolve("/tmp/local-store")[1] == "/tmp/local-store"  # local paths do not read it
+
+
+def test_train_and_tune_refuse_a_dataset_whose_test_split_spark_cannot_read_before_training(spark, s3, tmp_path):
+    """A dataset in S3 that pyarrow reads (the reader trains from it) but this Spark cannot (no S3 connector):
+    the test split is evaluated with Spark after training, so the fit and the search are refused first,
+    naming output.path, the test split and the connector; nothing is trained and the store stays empty."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.config import parse_config
+    from sparktrain.data.manifest import write_parquet
+    from sparktrain.errors import ConfigError
+    from sparktrain.job import train_stage
+    from sparktrain.tune.search import run_search
+
+    local = tmp_path / "ds"
+    df = spark.range(200).select((F.col("id") % 7).cast("float").alias("x"), (F.col("id") % 2).alias("label"))
+    for split in ("train", "validation", "test"):
+        write_parquet(df, str(local / split))
+    uri = s3.prefix("ds")
+    s3.upload(str(local), uri)
+    store = tmp_path / "store"
+    raw = {"name": "t", "data": {"source": str(local), "label": "label"},
+           "train": {"num_workers": 1, "epochs": 1, "store": str(store)}, "tracking": {"enabled": False}}
+    with pytest.raises(ConfigError) as err:
+        train_stage(spark, parse_config(raw), uri)
+    text = str(err.value)
+    assert (err.value.path, err.value.value) == ("output.path", f"{uri}/test"), text
+    assert "Spark cannot read the dataset's test split (evaluated with Spark after training; nothing was " \
+           "trained)" in text and 'No FileSystem for scheme "s3"' in text and "hadoop-aws" in text, text
+    tune = dict(raw, tune={"max_trials": 2, "space": {"learning_rate": {"choice": [0.01, 0.02]}}})
+    with pytest.raises(ConfigError) as err:
+        run_search(spark, parse_config(tune), uri)
+    assert (err.value.path, err.value.value) == ("output.path", f"{uri}/test"), str(err.value)
+    assert "no trial ran" in str(err.value) and "hadoop-aws" in str(err.value)
+    assert not store.exists() or not any(store.iterdir())  # no run folder, no study journal
+
+
+def test_a_store_in_a_bucket_that_does_not_exist_is_refused_by_name(s3):
+    """train.store / store in a missing bucket: refused before any work, naming the setting and the bucket
+    (it used to fail in the run's lease with botocore's NoSuchBucket); the lease itself names its setting too."""
+    from sparktrain.data.guard import check_store_location
+    from sparktrain.data.lease import Lease
+    from sparktrain.errors import ConfigError
+
+    for uri in ("s3://no-such-bucket-st/store", "s3a://no-such-bucket-st/store"):
+        with pytest.raises(ConfigError) as err:
+            check_store_location(uri, "train.store")
+        assert (err.value.path, err.value.value) == ("train.store", uri)
+        assert "its bucket 'no-such-bucket-st' does not exist" in str(err.value)
+        assert "point train.store at an existing one" in str(err.value)
+    check_store_location(s3.prefix("store"), "train.store")  # the fixture's bucket exists: accepted
+    with pytest.raises(ConfigError) as err:
+        Lease("s3://no-such-bucket-st/out", "output.path").acquire()
+    text = str(err.value)
+    assert err.value.path == "output.path" and "could not write its lease file" in text, text
+    assert "NoSuchBucket" in text or "does not exist" in text, text
+
+
+def test_pyarrow_reads_hadoops_s3a_as_s3_and_refuses_a_scheme_it_has_no_filesystem_for(s3):
+    """s3a:// (what Spark writes through hadoop-aws) is the same object as s3:// for sparktrain's own files;
+    a scheme pyarrow cannot open is refused with the URI and the schemes it can, not ArrowInvalid."""
+    from sparktrain.data import _fs
+    from sparktrain.errors import ConfigError
+
+    uri = s3.prefix("s3a")
+    fs, inner = _fs.resolve(uri)
+    with fs.open_output_stream(f"{inner}/a.txt") as out:
+        out.write(b"written as s3://")
+    fs_a, inner_a = _fs.resolve(uri.replace("s3://", "s3a://", 1) + "/a.txt")
+    assert inner_a == f"{inner}/a.txt"
+    with fs_a.open_input_stream(inner_a) as src:
+        assert src.read() == b"written as s3://"
+    with pytest.raises(ConfigError) as err:
+        _fs.resolve("dbfs://folder/data")
+    assert err.value.value == "dbfs://folder/data" and "no filesystem for dbfs://" in err.value.fix
+    assert "s3:// (or s3a://)" in err.value.fix

@@ -135,3 +135,19 @@ def test_error_summary_gives_sparks_reason_not_py4js_wrapper():
     assert error_summary("plain first line.\nsecond") == "plain first line"
     assert error_summary("x" * 500, limit=10) == "x" * 10 + "..."
     assert error_summary(ValueError()) == "ValueError"
+
+
+def test_a_source_spark_has_no_filesystem_for_names_the_connector_not_the_format(spark):
+    """data.source s3a:// (or gs://) in a Spark without the connector: the error names the missing Hadoop
+    filesystem and the package to add, not 'fix data.format' (the format is not the problem)."""
+    from sparktrain.errors import ConfigError
+    from sparktrain.features.load import load_input
+    from sparktrain.features.sections import DataConfig
+
+    for uri, connector in (("s3a://bucket/raw/", "hadoop-aws"), ("gs://bucket/raw/", "GCS connector")):
+        with pytest.raises(ConfigError) as err:
+            load_input(spark, DataConfig(source=uri, format="parquet", label="y"))
+        text = str(err.value)
+        assert (err.value.path, err.value.value) == ("data.source", uri), text
+        assert f"Spark has no Hadoop filesystem for {uri.split(':')[0]}:// URIs" in text and connector in text, text
+        assert "Fix data.format" not in text and "An error occurred while calling" not in text

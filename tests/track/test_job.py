@@ -575,3 +575,25 @@ def test_score_names_text_values_that_are_not_numbers(job, spark, raw_rows, tmp_
     assert n == df.count()
     assert f"column 'distance' of the scoring input '{texty}' (read as parquet) has {expected} of {n} values that " \
         "are not numbers (e.g. 'n/a')" in caplog.text  # before: scored as missing without a word
+
+
+def test_score_refuses_an_output_spark_has_no_filesystem_for_before_scoring(job, spark, raw_rows, s3):
+    """``--output s3a://...`` / ``s3://...`` with no Hadoop S3 connector in this Spark: refused before any scoring
+    (it used to score every row, then fail on the write with py4j's error; s3a:// failed in pyarrow first).
+
+    The bucket is moto's: pyarrow reads s3a:// as s3:// (the ownership check passes), and nothing is written.
+    """
+    from sparktrain.errors import ConfigError
+    from sparktrain.serve.scoring import score_path
+
+    base = s3.prefix("scored")
+    for scheme, words in (("s3a", "hadoop-aws and its AWS SDK bundle"),
+                          ("s3", "spark.hadoop.fs.s3.impl=org.apache.hadoop.fs.s3a.S3AFileSystem")):
+        out = base.replace("s3://", f"{scheme}://", 1)
+        with pytest.raises(ConfigError) as err:
+            score_path(spark, f"models:/{MODEL}@champion", raw_rows, out, tracking_uri=job["uri"])
+        text = str(err.value)
+        assert err.value.path == "--output" and err.value.value == out, text
+        assert f"Spark has no Hadoop filesystem for {scheme}:// URIs" in text and words in text, text
+        assert "An error occurred while calling" not in text and "\tat " not in text
+    assert s3.keys(base) == []  # no lease, no generation, no marker left in the bucket

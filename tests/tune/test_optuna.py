@@ -419,3 +419,24 @@ def test_median_pruner_in_distributed_mode(spark, dataset, tmp_path):
     _assert_pruned_trials(result, str(tmp_path / "store"), 3)
     # one at a time: a bad trial is worse than the median of the finished ones after its first epoch
     assert [(t.status, t.epochs) for t in result.trials] == [(FINISHED, 3), (PRUNED, 1), (FINISHED, 3), (PRUNED, 1)]
+
+
+def test_a_study_that_cannot_be_kept_is_refused_before_the_job_runs_any_stage(tmp_path):
+    """An Optuna search with train.store in S3 and no tune.storage: refused by check_search (which run_job calls
+    before profile, preprocess and train), not after the job's train stage has trained and registered a model."""
+    from sparktrain.config import parse_config
+    from sparktrain.tune.search import check_search
+
+    raw = {"name": "t", "data": {"source": str(tmp_path / "raw"), "label": "y"},
+           "train": {"store": "s3://bucket/store"}, "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+           "tune": {"engine": "optuna", "max_trials": 2, "space": {"dropout": {"uniform": [0.0, 0.5]}}}}
+    with pytest.raises(ConfigError) as info:
+        check_search(parse_config(raw))
+    assert (info.value.path, info.value.value) == ("tune.storage", None)
+    assert "train.store is 's3://bucket/store'" in info.value.fix and "database URL" in info.value.fix
+    same_db = dict(raw, tune=dict(raw["tune"], storage=raw["tracking"]["uri"]))
+    with pytest.raises(ConfigError) as info:
+        check_search(parse_config(same_db))
+    assert info.value.path == "tune.storage" and "alembic_version" in info.value.fix
+    hyperopt = dict(raw, tune=dict(raw["tune"], engine="hyperopt"))  # keeps no study: nothing to refuse
+    assert check_search(parse_config(hyperopt))[1] == "min"

@@ -60,6 +60,81 @@ def error_summary(exc: object, limit: int = 400) -> str:
     return line if len(line) <= limit else line[:limit] + "..."
 
 
+#: how Spark (Hadoop) says it has no filesystem for a URI's scheme, and the connector each scheme needs
+_NO_FILESYSTEM = re.compile(r'No FileSystem for scheme "?([\w+.-]+)"?|UnsupportedFileSystemException'
+                            r'|ClassNotFoundException:?\s*(?:Class\s+)?[\w.$]*(?:S3AFileSystem|GoogleHadoopFileSystem'
+                            r'|AzureBlobFileSystem|SecureAzureBlobFileSystem|NativeAzureFileSystem)')
+_CONNECTORS = {
+    "s3a": "hadoop-aws and its AWS SDK bundle (spark.jars.packages=org.apache.hadoop:hadoop-aws:<the Hadoop "
+           "version of your Spark>)",
+    "s3": "hadoop-aws (spark.jars.packages=org.apache.hadoop:hadoop-aws:<the Hadoop version of your Spark>) "
+          "with spark.hadoop.fs.s3.impl=org.apache.hadoop.fs.s3a.S3AFileSystem, or write the URI as s3a:// "
+          "(sparktrain's own files read either)",
+    "gs": "the GCS connector (gcs-connector-hadoop3)",
+    "abfs": "hadoop-azure", "abfss": "hadoop-azure", "wasbs": "hadoop-azure",
+}
+
+
+def filesystem_fix(error: object, path: str) -> Optional[str]:
+    """What to do when ``error`` says Spark has no Hadoop filesystem for ``path``'s scheme; None for another error.
+
+    Spark reads and writes through Hadoop filesystems: ``s3a://`` needs
+    hadoop-aws on the classpath, ``gs://`` the GCS connector, and so on.
+    Without one, Spark's error (``No FileSystem for scheme "s3"``, or a
+    ``ClassNotFoundException`` for the connector's class) says nothing about
+    the fix, and the data format is not the problem.
+    """
+    text = str(error)
+    match = _NO_FILESYSTEM.search(text)
+    if match is None:
+        return None
+    scheme = match.group(1) or (path.split("://", 1)[0] if "://" in path else "")
+    connector = _CONNECTORS.get(scheme.lower(), "the Hadoop connector for that scheme")
+    return (f"Spark has no Hadoop filesystem for {scheme}:// URIs ({error_summary(text, 200)}). Fix: add "
+            f"{connector} to the Spark session (spark.conf in the job config, or --packages), or keep this data "
+            f"on a path Spark reads already (a shared mount, hdfs://)")
+
+
+def check_spark_path(spark, path: str, key: str, what: str) -> None:
+    """Refuse ``path`` (the value of ``key``) when Spark has no Hadoop filesystem for its scheme.
+
+    Classic Spark only (asks the JVM for the path's filesystem, which lists
+    nothing and writes nothing); under Connect the first read or write says
+    it.  Call it before work whose result would then be lost: a scoring job
+    whose output Spark cannot write.
+    """
+    from sparktrain.errors import ConfigError
+
+    if "://" not in path or path.startswith("file:") or is_connect(spark):
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.hadoop.fs.Path(path).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    except Exception as exc:  # noqa: BLE001 - py4j: the Java exception's text says what is missing
+        fix = filesystem_fix(exc, path)
+        if fix is None:
+            raise ConfigError(key, path, f"Spark cannot open {what}: {error_summary(exc, 300)}. Fix the URI, "
+                                         f"or the filesystem's settings in spark.conf") from exc
+        raise ConfigError(key, path, f"Spark cannot open {what}. {fix}") from exc
+
+
+def check_spark_reads(spark, paths: "list[str]", key: str, what: str, value: Optional[str] = None) -> None:
+    """Refuse a Parquet dataset Spark cannot read (no connector for its scheme, no access), before work needs it.
+
+    Reads the files' schema only: a listing and one footer.  The error names
+    ``key`` with ``value`` (default: the first path).
+    """
+    from sparktrain.errors import ConfigError
+
+    try:
+        _ = spark.read.parquet(*paths).schema  # resolving it lists the files and reads a footer
+    except Exception as exc:  # noqa: BLE001 - py4j / Connect errors
+        fix = filesystem_fix(exc, paths[0])
+        text = fix if fix is not None else (f"{error_summary(exc, 300)}. Fix the path, or Spark's access to it "
+                                            f"(credentials and endpoint in spark.conf)")
+        raise ConfigError(key, value or paths[0], f"Spark cannot read {what}: {text}") from exc
+
+
 def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 

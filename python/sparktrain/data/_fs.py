@@ -13,6 +13,7 @@ import os
 import posixpath
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from sparktrain.errors import ConfigError, DataError, DatasetNotFoundError
@@ -35,9 +36,35 @@ def resolve(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.
     if filesystem is not None:
         return filesystem, path
     if "://" in path:
-        fs, inner = pafs.FileSystem.from_uri(path)
+        try:
+            fs, inner = pafs.FileSystem.from_uri(pyarrow_uri(path))
+        except pa.ArrowInvalid as exc:
+            if "Unrecognized filesystem type" not in str(exc):
+                raise
+            raise ConfigError("URI", path, f"sparktrain reads and writes its own files (markers, manifests, the "
+                                           f"store) with pyarrow, which has no filesystem for "
+                                           f"{path.split('://', 1)[0]}://. Use a local path, file://, s3:// (or "
+                                           f"s3a://), gs://, abfs(s):// or hdfs://, or a mount of the "
+                                           f"storage") from None
         return _bounded_retries(fs), inner
     return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+#: Hadoop's names for S3 (its S3A and old native connectors): the same buckets and keys as pyarrow's s3://
+_HADOOP_S3 = ("s3a://", "s3n://")
+
+
+def pyarrow_uri(path: str) -> str:
+    """``path`` as pyarrow names it: Hadoop's ``s3a://`` (and ``s3n://``) is ``s3://``, the same object.
+
+    Spark writes an output to ``s3a://bucket/key`` through hadoop-aws; its
+    marker, commit and manifest are read and written by pyarrow, which knows
+    that object as ``s3://bucket/key``.
+    """
+    for scheme in _HADOOP_S3:
+        if path.startswith(scheme):
+            return "s3://" + path[len(scheme):]
+    return path
 
 
 def _bounded_retries(fs: pafs.FileSystem) -> pafs.FileSystem:

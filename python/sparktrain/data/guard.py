@@ -34,6 +34,7 @@ host and normalized path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import urllib.parse
@@ -42,8 +43,12 @@ from typing import Collection, Iterable, List, Optional, Protocol, Sequence, Tup
 
 import pyarrow.fs as pafs
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.data import _fs
-from sparktrain.errors import DatasetExistsError, OutputNotOwnedError, OutputOverlapError, PathNotWritableError
+from sparktrain.errors import (ConfigError, DatasetExistsError, OutputNotOwnedError, OutputOverlapError,
+                               PathNotWritableError)
+
+log = logging.getLogger(__name__)
 
 #: Files whose presence at a folder's top level marks it as written by sparktrain (checked by content).
 MARKERS: Tuple[str, ...] = ("features.json", "_manifest.json")
@@ -246,18 +251,39 @@ def check_writable(path: str, what: str) -> None:
     Checked before any Spark job, so that a read-only (or immutable) store or
     output gives an error naming the setting instead of the first write's
     ``PermissionError``.  Remote stores (``s3://``, ``hdfs://``) are not
-    checked: their permissions show only on a write.
+    checked for permissions (those show only on a write), but a bucket that
+    does not exist is refused here, not by the first write deep inside a fit.
 
     Raises
     ------
     PathNotWritableError
+    ConfigError
+        An ``s3://`` (``s3a://``) or ``gs://`` bucket that does not exist.
     """
     loc = locate(path)
     if loc.space:
+        _check_bucket(path, what)
         return
     probe = _nearest_existing(loc.path)
     if probe and os.path.isdir(probe) and not os.access(probe, os.W_OK | os.X_OK):
         raise PathNotWritableError(what, path, path if probe == loc.path else probe)
+
+
+def _check_bucket(path: str, what: str) -> None:
+    """Refuse an object-store URI whose bucket does not exist (where the store can say so; else the writes will)."""
+    try:
+        fs, inner = _fs.resolve(path)
+        if not isinstance(fs, (pafs.S3FileSystem, pafs.GcsFileSystem)):
+            return
+        bucket = inner.strip("/").split("/", 1)[0]
+        missing = bool(bucket) and fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except (OSError, ValueError) as exc:  # unreachable or no permission to look: the first write says it
+        log.debug("bucket check of %s: %s", mask_value(path), exc)
+        return
+    if missing:
+        raise ConfigError(what, mask_value(path), f"its bucket '{bucket}' does not exist (or these credentials "
+                                                  f"cannot see it), so nothing can be written there. Fix: create "
+                                                  f"the bucket, or point {what} at an existing one")
 
 
 def check_output_location(path: str, what: str = "output.path", *,

@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional, Type
 import pyarrow.fs as pafs
 
 from sparktrain.data import _fs
-from sparktrain.errors import ConfigError, LeaseHeldError
+from sparktrain.errors import ConfigError, LeaseHeldError, SparktrainError
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +180,19 @@ class Lease:
                 current = self.read() or {}
                 raise LeaseHeldError(self.what, self.target, self.path, current.get("holder") or {},
                                      self._age(current) if current else 0.0, self.stale_after_s)
-        except BaseException:
+        except (SparktrainError, KeyboardInterrupt, SystemExit):
             self._remove_created()
             raise
+        except Exception as exc:  # the store refused the write (no bucket, no permission): name the file
+            self._remove_created()
+            where = "the store (store / train.store)" if self.what in ("runId", "store", "train.store") \
+                else self.what
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(self.what, _masked(self.target),
+                              f"could not write its lease file '{_masked(self.path)}' ({type(exc).__name__}: "
+                              f"{first}); nothing was written. Fix: check that the location exists and this "
+                              f"process may write there (the bucket, the credentials, the permissions), or point "
+                              f"{where} elsewhere") from exc
         self._thread = threading.Thread(target=self._beat, name=f"sparktrain-lease-{self.what}", daemon=True)
         self._thread.start()
         return self
@@ -320,8 +330,8 @@ def _create_exclusive(fs: pafs.FileSystem, inner: str, given: str, data: bytes) 
             fh.flush()
             os.fsync(fh.fileno())
         return True
-    if given.startswith("s3://"):
-        made = _s3_put_if_absent(given, data)
+    if _fs.pyarrow_uri(given).startswith("s3://"):
+        made = _s3_put_if_absent(_fs.pyarrow_uri(given), data)
         if made is not None:
             return made
     if fs.get_file_info(inner).type != pafs.FileType.NotFound:  # check-then-put (module docstring)

@@ -100,6 +100,11 @@ def _read_files(spark: Any, path: str, data: DataConfig) -> Any:
             raise DatasetNotFoundError(
                 f"data.source '{path}' does not exist. Fix the path (any URI Spark reads: a folder or file, "
                 f"hdfs://, s3a://...), or use data.table / data.query for data in the catalog.") from exc
+        from sparktrain._internal.spark_compat import filesystem_fix
+
+        no_connector = filesystem_fix(exc, path)
+        if no_connector is not None:
+            raise ConfigError("data.source", path, no_connector) from exc
         key, value = ("data.options", dict(data.options)) if data.options else ("data.source", path)
         raise ConfigError(key, value, f"Spark cannot read '{path}' as {data.format}: {_first_line(exc)}. "
                                       f"Fix data.format or data.options") from exc

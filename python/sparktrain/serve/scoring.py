@@ -139,8 +139,11 @@ def read_input(spark: Any, path: str, fmt: Optional[str] = None, options: Option
 
 def unreadable(path: str, fmt: str, why: str, cause: Any) -> ConfigError:
     """The error for a scoring input Spark cannot read as ``fmt``: the file, the format and the fix."""
-    from sparktrain._internal.spark_compat import error_summary
+    from sparktrain._internal.spark_compat import error_summary, filesystem_fix
 
+    no_connector = filesystem_fix(cause, path)
+    if no_connector is not None:
+        return ConfigError("--input", path, no_connector)
     first = error_summary(cause, limit=300) or type(cause).__name__
     return ConfigError("--format", fmt, f"Spark cannot read the scoring input '{path}' as {fmt} (chosen by {why}): "
                                         f"{first}. Fix: pass --format with the file's own format "
@@ -319,6 +322,9 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     check_output_location(output_path, "--output", inputs=[("--input", input_path)] if input_path else [],
                           keep_apart=apart, keep_out=keep_out)
     check_replaceable(output_path, "--output")  # before the registry, the model and any Spark job
+    from sparktrain._internal.spark_compat import check_spark_path
+
+    check_spark_path(spark, output_path, "--output", "the scoring output")  # Spark writes it: not after scoring
     with claim(output_path, "--output"):
         return _score_claimed(spark, model_uri, raw_uri, input_path, output_path, fmt, options, table, query)
 

@@ -342,6 +342,41 @@ def study_name(cfg: JobConfig, dataset_path: Optional[str]) -> str:
     return f"{cfg.name}-{digest}"
 
 
+def _local_store(cfg: JobConfig) -> str:
+    """``train.store`` as a local path (``file://`` cut)."""
+    store = cfg.train.store if cfg.train is not None else "work/store"
+    return store[len("file://"):] if store.startswith("file://") else store
+
+
+def check_storage(cfg: JobConfig, tracking_uri: Optional[str] = None) -> None:
+    """Refuse where an Optuna study cannot be kept, without opening it (``check_search`` runs this before any stage).
+
+    Raises
+    ------
+    ConfigError
+        On ``tune.storage``: left out while ``train.store`` is a URI (the default
+        journal file needs a local or mounted path), or the MLflow tracking database.
+    """
+    tune: TuneConfig = cfg.tune  # type: ignore[assignment]
+    if tune is None or tune.engine != "optuna":
+        return
+    url = tune.storage
+    if url is None:
+        store = _local_store(cfg)
+        if "://" in store:
+            raise ConfigError("tune.storage", None,
+                              f"train.store is {mask_value(store)!r}, and Optuna's journal file needs a local or "
+                              "mounted path; set tune.storage to a database URL (postgresql://..., sqlite:///...) "
+                              "or a local .journal path")
+    elif "://" in url and not url.startswith("file://"):
+        used = {u for u in (tracking_uri, cfg.tracking.uri if cfg.tracking.enabled else None) if u}
+        if url in used:
+            raise ConfigError("tune.storage", mask_value(url),
+                              "this is the MLflow tracking database; Optuna and MLflow both keep an alembic_version "
+                              "table and cannot share one: give Optuna its own database, or leave tune.storage out "
+                              "(a journal file under train.store)")
+
+
 def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None) -> Tuple[Any, str]:
     """``(Optuna storage, where it is)`` for study ``name``.
 
@@ -357,25 +392,12 @@ def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None)
     """
     import optuna
 
+    check_storage(cfg, tracking_uri)
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]
     url = tune.storage
     if url is None:
-        store = cfg.train.store if cfg.train is not None else "work/store"
-        if store.startswith("file://"):
-            store = store[len("file://"):]
-        if "://" in store:
-            raise ConfigError("tune.storage", None,
-                              f"train.store is {store!r}, and Optuna's journal file needs a local or mounted "
-                              "path; set tune.storage to a database URL (postgresql://..., sqlite:///...) or a "
-                              "local .journal path")
-        path = os.path.join(os.path.abspath(store), STUDIES_DIR, f"{name}.journal")
+        path = os.path.join(os.path.abspath(_local_store(cfg)), STUDIES_DIR, f"{name}.journal")
     elif "://" in url and not url.startswith("file://"):
-        used = {u for u in (tracking_uri, cfg.tracking.uri if cfg.tracking.enabled else None) if u}
-        if url in used:
-            raise ConfigError("tune.storage", url, "this is the MLflow tracking database; Optuna and MLflow both "
-                                                   "keep an alembic_version table and cannot share one: give "
-                                                   "Optuna its own database, or leave tune.storage out (a "
-                                                   "journal file under train.store)")
         try:
             return optuna.storages.RDBStorage(url), url
         except ImportError as exc:  # SQLAlchemy found no driver for the URL's dialect

@@ -67,6 +67,9 @@ def check_search(cfg: JobConfig, objective: bool = False) -> Tuple[CompiledSpace
     goal = goal_of(tune.metric)
     check_pruning(tune, cfg, space, objective=objective)
     check_sampler(tune, space)
+    from sparktrain.tune._engines import check_storage
+
+    check_storage(cfg)  # a study that cannot be kept: before the job's train stage, not after it
     return space, goal
 
 
@@ -116,6 +119,8 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     """
     space, goal = check_search(cfg, objective=objective is not None)
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # check_search refuses None
+    if objective is None:
+        _check_test_split(spark, dataset_path)  # before the study, the runs and any trial
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
     mode = "objective" if objective is not None else tune.mode
     tracker: Any = None
@@ -362,18 +367,34 @@ def _check_worker_reuse(spark) -> None:
                     "its framework (seconds per trial); set it to true", value)
 
 
+def _test_split(dataset_path: Optional[str]) -> Optional[list]:
+    """The committed files of the dataset's test split (local or a URI), or None when it has none."""
+    if dataset_path is None:
+        return None
+    from sparktrain.data.manifest import committed_files
+    from sparktrain.train.inputs import exists
+
+    test = f"{dataset_path.rstrip('/')}/test"
+    return committed_files(test) if exists(test) else None
+
+
+def _check_test_split(spark, dataset_path: Optional[str]) -> None:
+    """Refuse, before any trial, a test split Spark cannot read (the best model is evaluated on it at the end)."""
+    files = _test_split(dataset_path)
+    if files:
+        spark_compat.check_spark_reads(spark, files, "output.path", "the dataset's test split (the best model "
+                                                                    "is evaluated on it with Spark; no trial ran)",
+                                       value=f"{str(dataset_path).rstrip('/')}/test")
+
+
 def _test_metrics(spark, model: Any, dataset_path: Optional[str]) -> Dict[str, float]:
     """The best model's metrics on the dataset's test split (as the train stage reports them), if there is one."""
-    import os
-
-    from sparktrain.data.commit import resolve
-
-    if model is None or dataset_path is None or not os.path.isdir(resolve(os.path.join(dataset_path, "test"))):
+    files = _test_split(dataset_path) if model is not None else None
+    if not files:
         return {}
-    from sparktrain.data.manifest import committed_files
     from sparktrain.train.evaluate import evaluate_model
 
-    return evaluate_model(model, spark.read.parquet(*committed_files(os.path.join(dataset_path, "test")))).metrics
+    return evaluate_model(model, spark.read.parquet(*files)).metrics
 
 
 def _with_run_ids(records, tracker) -> list:
