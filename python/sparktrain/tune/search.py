@@ -145,8 +145,10 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
         runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
         made["runner"] = runner
         to_run = tune.max_trials - engine.previous
-        log.info("tuning %s over %s: %d trials, mode %s, %d at a time, %s %s%s (%simize %s)", cfg.name,
-                 describe(space), to_run, mode, concurrency, tune.engine, tune.effective_sampler,
+        study = getattr(engine, "study_name", None)
+        log.info("tuning job %s (%smodel %s) over %s: %d trials, mode %s, %d at a time, %s %s%s (%simize %s)",
+                 cfg.name, f"study {study}, " if study else "", cfg.tracking.model_name or cfg.name, describe(space),
+                 to_run, mode, concurrency, tune.engine, tune.effective_sampler,
                  f", pruner {tune.pruner}" if tune.pruner != "none" else "", goal, tune.metric)
         loop = SearchLoop(spark, space, runner, metric=tune.metric, goal=goal, max_trials=to_run,
                           concurrency=concurrency, early_stop_trials=tune.early_stop_trials,
