@@ -260,6 +260,49 @@ def test_tuning_trials_resume_where_they_stopped(rows_dataset, tmp_path):
         assert starts == [("started", 0, 0, world), ("resumed", 1, 10, world)], (mode, starts)
 
 
+class _SlotHolder:
+    """A training callback that, at the end of epoch 0, starts another job holding one task slot ``seconds`` long.
+
+    Its task queues behind the barrier stage and takes a slot when a rank's failure frees them.
+    """
+
+    def __init__(self, sc, group: str, seconds: float) -> None:
+        import threading
+
+        self.sc, self.group, self.seconds = sc, group, seconds
+        self.started, self.done = threading.Event(), threading.Event()
+        self.outcome: dict = {}
+        self.thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _hold(self) -> None:
+        import time
+
+        seconds = self.seconds
+        self.sc.setJobGroup(self.group, "a job holding one task slot", interruptOnCancel=True)
+        self.started.set()
+        try:
+            self.outcome["rows"] = self.sc.parallelize([0], 1).map(lambda x: time.sleep(seconds) or x).collect()
+        except Exception as exc:  # noqa: BLE001 - cancelled by stop()
+            self.outcome["error"] = str(exc)[:200]
+        self.done.set()
+
+    def on_step(self, epoch, step, metrics):
+        pass
+
+    def on_epoch(self, epoch, metrics):
+        import time
+
+        if epoch == 0 and self.thread.ident is None:
+            self.thread.start()
+            self.started.wait(10)
+            time.sleep(1.0)  # its task is queued behind the barrier stage
+
+    def stop(self) -> None:
+        self.sc.cancelJobGroup(self.group)
+        if self.thread.ident is not None:
+            self.thread.join(60)
+
+
 @pytest.mark.torch
 def test_elastic_run_continues_on_the_free_slots(spark, rows_dataset, tmp_path):
     """elastic=True: a rank fails while another job holds a slot; the run continues on 1 worker, every row once.
@@ -269,33 +312,11 @@ def test_elastic_run_continues_on_the_free_slots(spark, rows_dataset, tmp_path):
     slots (without a timeout); the driver sees it, cancels it and relaunches on 1 worker from the
     checkpoint at step 10 (without that, this test waited for the holder's 120 s sleep and failed).
     """
-    import threading
-    import time
 
     from sparktrain.train.estimator import TorchEstimator
 
     sc = spark.sparkContext
-    started = threading.Event()
-
-    def hold_a_slot() -> None:
-        sc.setJobGroup("hold-a-slot", "a job holding one task slot", interruptOnCancel=True)
-        started.set()
-        try:
-            sc.parallelize([0], 1).map(lambda x: time.sleep(120) or x).collect()
-        except Exception:  # cancelled below
-            pass
-
-    holder = threading.Thread(target=hold_a_slot, daemon=True)
-
-    class StartHolder:
-        def on_step(self, epoch, step, metrics):
-            pass
-
-        def on_epoch(self, epoch, metrics):
-            if epoch == 0 and holder.ident is None:
-                holder.start()
-                started.wait(10)
-                time.sleep(1.0)  # its task is queued behind the barrier stage
+    holder = _SlotHolder(sc, "hold-a-slot", 120)
 
     store, traces = tmp_path / "store", tmp_path / "traces"
     os.environ["SPARKTRAIN_TRACE_ROWS"] = f"row_id:{traces}/elastic"
@@ -305,14 +326,12 @@ def test_elastic_run_continues_on_the_free_slots(spark, rows_dataset, tmp_path):
                              store=str(store), runId="elastic", logEverySteps=5, checkpointEverySteps=5,
                              excludeCols=["row_id"], shuffleBuffer=256, seed=3, elastic=True, minWorkers=1)
         est.show_progress = False
-        est.setCallbacks([StartHolder()])
+        est.setCallbacks([holder])
         model = est.fit(rows_dataset)
     finally:
         os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
         os.environ.pop("SPARKTRAIN_TRACE_ROWS", None)
-        sc.cancelJobGroup("hold-a-slot")
-        if holder.ident is not None:
-            holder.join(60)
+        holder.stop()
     assert est.last_launch.world_sizes == [2, 1]
     assert [h["epoch"] for h in model.history] == [0, 1, 2]
     kept, _, starts = committed_rows(store, traces, "elastic")
@@ -332,37 +351,12 @@ def test_a_retry_that_never_gets_its_slots_ends_with_a_clear_error(spark, rows_d
     names the slots needed and free, the rank's failure, the fixes and the run id to resume; the
     run's checkpoint stays in the store.
     """
-    import threading
     import time
 
     from sparktrain.errors import SlotsUnavailableError
     from sparktrain.train.estimator import TorchEstimator
 
-    sc = spark.sparkContext
-    started, holder_done = threading.Event(), threading.Event()
-    outcome = {}
-
-    def hold_a_slot() -> None:
-        sc.setJobGroup("hold-a-slot-2", "a job holding one task slot", interruptOnCancel=True)
-        started.set()
-        try:
-            outcome["rows"] = sc.parallelize([0], 1).map(lambda x: time.sleep(45) or x).collect()
-        except Exception as exc:  # noqa: BLE001 - cancelled in the finally below, if still running
-            outcome["error"] = str(exc)[:200]
-        holder_done.set()
-
-    holder = threading.Thread(target=hold_a_slot, daemon=True)
-
-    class StartHolder:
-        def on_step(self, epoch, step, metrics):
-            pass
-
-        def on_epoch(self, epoch, metrics):
-            if epoch == 0 and holder.ident is None:
-                holder.start()
-                started.wait(10)
-                time.sleep(1.0)  # its task is queued behind the barrier stage
-
+    holder = _SlotHolder(spark.sparkContext, "hold-a-slot-2", 45)
     store = tmp_path / "store"
     os.environ["SPARKTRAIN_FAULT_INJECT"] = "1:1:12:raise"
     t0 = time.monotonic()
@@ -371,17 +365,15 @@ def test_a_retry_that_never_gets_its_slots_ends_with_a_clear_error(spark, rows_d
                              store=str(store), runId="no-slots", logEverySteps=5, checkpointEverySteps=5,
                              excludeCols=["row_id"], shuffleBuffer=256, seed=3, stallTimeout=12.0)
         est.show_progress = False
-        est.setCallbacks([StartHolder()])
+        est.setCallbacks([holder])
         with pytest.raises(SlotsUnavailableError) as info:
             est.fit(rows_dataset)
         waited = time.monotonic() - t0
-        holder_running = not holder_done.is_set()
+        holder_running = not holder.done.is_set()
     finally:
         os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
-        holder_done.wait(60)
-        sc.cancelJobGroup("hold-a-slot-2")
-        if holder.ident is not None:
-            holder.join(60)
+        holder.done.wait(60)
+        holder.stop()
     err = info.value
     assert (err.needed, err.free, err.run_id) == (2, 1, "no-slots")
     assert 12.0 <= err.waited_s < 40.0 and waited < 45.0  # ended by stallTimeout, not by the holder's end
@@ -390,5 +382,5 @@ def test_a_retry_that_never_gets_its_slots_ends_with_a_clear_error(spark, rows_d
     for words in ("2 task slots", "only 1 were free", "stallTimeout", "elastic=True", "minWorkers <= 1",
                   "runId='no-slots'"):
         assert words in text, (words, text)
-    assert holder_running and outcome.get("rows") == [0]  # the other job was not cancelled: it finished
+    assert holder_running and holder.outcome.get("rows") == [0]  # the other job was not cancelled: it finished
     assert any((store / "no-slots" / "checkpoints").rglob("*")), "the run's checkpoint is kept to resume from"
