@@ -120,6 +120,38 @@ def test_keras_gloo_averages_batchnorm_statistics(spark, dataset, tmp_path):
     assert np.isfinite(model.history[-1]["val_loss"])
 
 
+def _bias_only_net(inputs, model_spec):
+    import torch
+
+    class BiasOnly(torch.nn.Module):  # its output is a view of a parameter: it requires grad even under no_grad
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x_num, x_cat):
+            return self.b.expand(x_num.shape[0], 1)
+
+    return BiasOnly()
+
+
+@pytest.mark.torch
+def test_a_network_returning_a_view_of_a_parameter_trains_and_scores(spark, dataset, tmp_path):
+    """Any valid nn.Module trains: sparktrain detaches outputs before numpy() in its eval step and its scorer."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    est = _estimator(TorchEstimator, tmp_path, numWorkers=1, learningRate=0.1).setModelFactory(_bias_only_net)
+    model = est.fit(dataset)
+    train = spark.read.parquet(os.path.join(dataset, "train"))
+    rate = train.select(F.avg(F.col("label").cast("double"))).first()[0]
+    assert np.isfinite(model.history[-1]["val_loss"])
+    row = model.transform(spark.read.parquet(os.path.join(dataset, "test"))).select(
+        F.min("probability").alias("lo"), F.max("probability").alias("hi")).first()
+    assert row.lo == pytest.approx(row.hi)  # one bias: one probability for every row
+    assert row.hi == pytest.approx(rate, abs=0.05)  # ... the positive rate it learned from
+
+
 @pytest.mark.torch
 def test_worker_exception_reaches_driver_with_rank_and_traceback(spark, dataset, tmp_path, monkeypatch):
     from sparktrain.train.estimator import TorchEstimator

@@ -104,7 +104,7 @@ def _load_torch(model_bytes: bytes, inputs: InputSpec) -> Predictor:
     def predict(x_num: np.ndarray, x_cat: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             logits = model(torch.from_numpy(x_num), torch.from_numpy(x_cat))
-            return logits.float().numpy().astype(np.float64)
+            return logits.detach().float().numpy().astype(np.float64)
 
     return predict
 

@@ -197,7 +197,7 @@ class TorchAdapter(Adapter):
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             loss_sum += float(loss.detach()) * len(y) * weight
             with torch.no_grad():
-                preds.append(to_prediction(logits.float(), self.task).cpu().numpy())
+                preds.append(to_prediction(logits.detach().float(), self.task).cpu().numpy())
             if len(micros) > 1:
                 after_micro(i + 1)
         if self.scaler is not None:
@@ -214,7 +214,8 @@ class TorchAdapter(Adapter):
         with torch.no_grad(), self._autocast():
             logits = self.net(xn, xc)
             loss = self.loss_fn(logits, yt)
-        return float(loss) * len(y), to_prediction(logits.float(), self.task).cpu().numpy()
+        # detach: a network may return a view of a parameter, which requires grad even under no_grad
+        return float(loss) * len(y), to_prediction(logits.detach().float(), self.task).cpu().numpy()
 
     def train_mode(self, training: bool) -> None:
         self.net.train(training)
