@@ -69,6 +69,26 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.fixture
+def restore_mlflow_uri():
+    """A test that points MLflow's process-wide URIs somewhere (``mlflow.set_tracking_uri`` also sets
+    ``MLFLOW_TRACKING_URI`` in ``os.environ``, which every later subprocess, a Connect server included, inherits):
+    both are put back as they were."""
+    import mlflow
+
+    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    env = {k: os.environ.get(k) for k in keys}
+    uris = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    yield
+    mlflow.set_tracking_uri(uris[0])
+    mlflow.set_registry_uri(uris[1])
+    for key, value in env.items():  # after the set_* calls, which write the environment
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
 def tracking_uri(tmp_path):
     """A fresh sqlite tracking store under tmp (``sqlite:////abs/path/mlflow.db``)."""
     return f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -133,6 +133,52 @@ def test_score_takes_exactly_one_input(capsys, tmp_path):
     assert "one of the arguments --input --table --query is required" in capsys.readouterr().err
 
 
+def test_score_without_a_store_names_the_flag_creates_nothing_and_starts_no_spark(tmp_path, monkeypatch):
+    """The default store (./work/mlflow.db) does not exist: the error says so and how to point at the job's
+    store, before Spark starts, and no empty store is left behind."""
+    raw = tmp_path / "raw.csv"
+    raw.write_text("a,b\n1,2\n")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # _env() copies os.environ
+    rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/prices@champion", "--input", raw,
+                               "--output", tmp_path / "scored", timeout=120)
+    assert rc == 1 and out == ""
+    assert (f"error: cannot look up models:/prices@champion: there is no MLflow store at "
+            f"sqlite:///{tmp_path / 'work' / 'mlflow.db'} (the file does not exist). This store is the default, as "
+            f"neither --tracking-uri nor MLFLOW_TRACKING_URI is set: if the model was registered in another one "
+            f"(the job config's tracking.uri), pass that with --tracking-uri URI or set MLFLOW_TRACKING_URI") in err
+    assert "log4j" not in err and "Traceback" not in err  # Spark never started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.csv"]
+
+
+def test_a_model_missing_from_the_default_store_hints_at_the_other_store(tmp_path, monkeypatch, restore_mlflow_uri):
+    """(MLFLOW_TRACKING_URI is set and unset directly: restore_mlflow_uri puts it back, after MLflow wrote it.)"""
+    from mlflow import MlflowClient
+
+    from sparktrain.errors import ModelNotFoundError
+    from sparktrain.serve.scoring import check_request
+
+    monkeypatch.chdir(tmp_path)
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    (tmp_path / "work").mkdir()
+    MlflowClient(f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}").create_registered_model("other")
+    with pytest.raises(ModelNotFoundError) as err:
+        check_request("models:/prices@champion", "raw.csv", str(tmp_path / "scored"))
+    assert "Registered models: other" in str(err.value)
+    assert "This store is the default, as neither --tracking-uri nor MLFLOW_TRACKING_URI is set" in str(err.value)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}"
+    with pytest.raises(ModelNotFoundError, match="This store is MLFLOW_TRACKING_URI: if the model"):
+        check_request("models:/prices@champion", "raw.csv", str(tmp_path / "scored"))
+    with pytest.raises(ModelNotFoundError) as err:  # the user named the store: no advice to name one
+        check_request("models:/prices@champion", "raw.csv", str(tmp_path / "scored"),
+                      tracking_uri=f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}")
+    assert "Registered models: other" in str(err.value) and "--tracking-uri" not in str(err.value)
+    with pytest.raises(ModelNotFoundError, match=r"no MLflow store at .*nope.db \(the file does not exist\)\. "
+                                                 r"Fix --tracking-uri"):
+        check_request("models:/prices@champion", "raw.csv", str(tmp_path / "scored"),
+                      tracking_uri=f"sqlite:///{tmp_path / 'nope.db'}")
+    assert not (tmp_path / "nope.db").exists() and not (tmp_path / "scored").exists()
+
+
 def test_no_command_prints_help_and_version(capsys):
     assert main([]) == 2
     assert "examples:" in capsys.readouterr().out
@@ -301,7 +347,7 @@ def test_score_reads_a_json_file_as_the_model_was_trained(tmp_path):
                                tmp_path / "houses.csv", "--output", tmp_path / "scored_csv", "--tracking-uri", uri,
                                "--master", "local[2]")
     assert rc == 1 and out == ""
-    assert f"error: config key '--format' = 'json': Spark cannot read the scoring input '{tmp_path / 'houses.csv'}' " \
+    assert f"error: option '--format' = 'json': Spark cannot read the scoring input '{tmp_path / 'houses.csv'}' " \
            f"as json (chosen by the format the model was trained with (data.format))" in err
     assert "Traceback" not in err and not (tmp_path / "scored_csv").exists()
 
@@ -316,3 +362,24 @@ def test_ctrl_c_ends_a_command_with_one_line_and_130(monkeypatch, capsys):
     assert cli.main(["tune", str(FLIGHTS_YAML)]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "interrupted: sparktrain tune stopped by Ctrl-C" and "Traceback" not in err
+
+
+def test_the_run_summary_names_the_store_its_commands_need(tmp_path, monkeypatch):
+    """`score` and the UI read the default store unless told: the summary of a run elsewhere says where."""
+    from sparktrain.job import TrackingSummary
+    from sparktrain.track.registry import RegisteredVersion
+
+    monkeypatch.chdir(tmp_path)
+    model = RegisteredVersion("prices", 2, "models:/prices/2", "models:/m-1", "r1", "test_rmse", 0.5, True)
+    other = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    text = TrackingSummary(other, "3", "r1", model).format()
+    assert (f"score:    sparktrain score --model models:/prices@champion --input RAW --output OUT --tracking-uri "
+            f"{other}") in text
+    assert (f"UI:       sparktrain mlflow-server --backend-store-uri {other}, then open "
+            f"http://127.0.0.1:5000/#/experiments/3/runs/r1") in text
+    default = TrackingSummary(f"sqlite:///{tmp_path / 'work' / 'mlflow.db'}", "1", "r1", model).format()
+    assert "--input RAW --output OUT\n" in default and "UI:       make mlflow-server   (or: sparktrain " \
+                                                     "mlflow-server), then open" in default
+    remote = TrackingSummary("http://user:pw@127.0.0.1:5999", "1", "r1", model).format()
+    assert "--tracking-uri http://user:***@127.0.0.1:5999" in remote and ":pw@" not in remote
+    assert "UI:       http://user:***@127.0.0.1:5999/#/experiments/1/runs/r1" in remote

@@ -138,7 +138,7 @@ ERRORS = [
      (r"config key 'features.dep_dleay' = 'features.dep_dleay.log1p=true': unknown key; "
       r"did you mean 'dep_delay'\?")),
     ("set-without-equals", None, ["train.epochs"], ConfigError,
-     r"config key '--set' = 'train.epochs': use key.path=value, e.g. --set train.epochs=2$"),
+     r"option '--set' = 'train.epochs': use key.path=value, e.g. --set train.epochs=2$"),
     ("set-invalid-yaml", None, ["train.hidden_units=[1,"], ConfigError,
      r"config key 'train.hidden_units' = '\[1,': value is not valid YAML"),
     ("wrong-type-int", None, ["train.epochs=three"], ConfigError,
@@ -427,3 +427,12 @@ def test_a_bad_tune_section_fails_before_any_stage_runs(raw, tmp_path, overrides
     with pytest.raises(ConfigError, match=match):
         run_job(cfg, spark=object())
     assert not (tmp_path / "ds").exists() and not (tmp_path / "store").exists()
+
+
+def test_an_error_says_what_the_name_is_to_the_user():
+    """A flag is an option, a camelCase name a parameter, a dotted path a config key; a caller can say which."""
+    assert str(ConfigError("--output", "/", "choose a folder")) == "option '--output' = '/': choose a folder"
+    assert str(ConfigError("labelCol", "lable", "fix it")).startswith("parameter 'labelCol' = 'lable'")
+    assert str(ConfigError("train.epochs", 0, "must be >= 1")).startswith("config key 'train.epochs' = 0")
+    assert str(ConfigError("store", "", "name a folder", kind="parameter")).startswith("parameter 'store' = ''")
+    assert ConfigError("--output", "/", "x").kind == "option"

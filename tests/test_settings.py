@@ -79,7 +79,9 @@ def test_both_paths_refuse_the_same_bad_value_with_the_same_fix(key):
         TorchEstimator(**{param: BAD[key]})
     assert est_err.value.path == param
     assert est_err.value.fix == yaml_err.value.fix, (est_err.value.fix, yaml_err.value.fix)
-    assert str(est_err.value) == str(yaml_err.value).replace(f"'train.{key}'", f"'{param}'").replace("(0,)", "[0]")
+    assert (est_err.value.kind, yaml_err.value.kind) == ("parameter", "config key")
+    assert str(est_err.value) == str(yaml_err.value).replace(f"config key 'train.{key}'", f"parameter '{param}'") \
+        .replace("(0,)", "[0]")
 
 
 @pytest.mark.parametrize("train, framework, key, fix", [

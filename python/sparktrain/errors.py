@@ -9,6 +9,7 @@ one names the offending key/column/parameter, the value received and the fix.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any, Iterable, Optional
 
 
@@ -27,13 +28,26 @@ class ConfigError(SparktrainError, ValueError):
         The value received.
     fix : str
         What the user should do instead.
+    kind : str, optional
+        What ``path`` is to the user, which the message starts with:
+        ``"option"`` for a command-line flag (``--output``), ``"parameter"``
+        for a Param or argument of the Python API (``numWorkers``), else
+        ``"config key"``.  By default ``--x`` is an option, a camelCase name a
+        parameter, anything else a config key.
     """
 
-    def __init__(self, path: str, value: object, fix: str) -> None:
+    def __init__(self, path: str, value: object, fix: str, kind: Optional[str] = None) -> None:
         self.path = path
         self.value = value
         self.fix = fix
-        super().__init__(f"config key '{path}' = {value!r}: {fix}")
+        self.kind = kind or _kind_of(path)
+        super().__init__(f"{self.kind} '{path}' = {value!r}: {fix}")
+
+
+def _kind_of(path: str) -> str:
+    if path.startswith("--"):
+        return "option"
+    return "parameter" if re.fullmatch(r"[a-z]+(?:[A-Z][a-z0-9]*)+", path) else "config key"
 
 
 class UnknownKeyError(ConfigError, KeyError):
@@ -59,7 +73,8 @@ class MissingColumnError(SchemaError, KeyError):
     """A configured column is not in the data."""
 
     def __init__(self, column: str, available: Iterable[str], where: str = "the DataFrame",
-                 fix: str = "Fix the column name in the config or add the column.") -> None:
+                 fix: str = "Fix the column name (where the config or a Param names it) or add the column.") \
+            -> None:
         available = list(available)
         close = difflib.get_close_matches(column, available, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
@@ -69,6 +84,14 @@ class MissingColumnError(SchemaError, KeyError):
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+class ColumnClashError(SchemaError):
+    """The DataFrame to score already has a column that scoring would add."""
+
+    def __init__(self, columns: Iterable[str], where: str, adder: str, fix: str = "drop or rename them") -> None:
+        self.columns = list(columns)
+        super().__init__(f"{where} already has column(s) {', '.join(self.columns)} that {adder} adds; {fix}")
 
 
 class DataError(SparktrainError, ValueError):

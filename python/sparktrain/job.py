@@ -198,23 +198,25 @@ class TrackingSummary:
         from sparktrain.track.store import is_remote
 
         lines = [f"job run:  {self.run_id} (experiment {self.experiment_id}, {mask_url_password(self.uri)})"]
+        # the commands below read the default store unless told: name this run's store when it is another
+        store = "" if self.uri == "sqlite:///" + os.path.abspath("work/mlflow.db") else mask_url_password(self.uri)
         m = self.model
         if m is not None and m.version is not None:
             score = f", {m.metric} {m.score:.4f}" if m.score is not None else ""
             champ = "alias champion -> this version" if m.champion else "champion unchanged (not better)"
             lines.append(f"model:    registered '{m.name}' version {m.version}{score}; {champ}")
-            lines.append(f"score:    sparktrain score --model models:/{m.name}@champion --input RAW --output OUT")
+            lines.append(f"score:    sparktrain score --model models:/{m.name}@champion --input RAW --output OUT"
+                         + (f" --tracking-uri {store}" if store else ""))
         elif m is not None:
             lines.append(f"model:    {m.model_uri} (tracking.register is off)")
         if is_remote(self.uri):
             base = mask_url_password(self.uri).rstrip("/")
             lines.append(f"UI:       {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         else:
-            lines.append("UI:       make mlflow-server   (or: sparktrain mlflow-server), then open "
+            server = f"sparktrain mlflow-server --backend-store-uri {store}" if store else \
+                "make mlflow-server   (or: sparktrain mlflow-server)"
+            lines.append(f"UI:       {server}, then open "
                          f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}")
-            if self.uri != "sqlite:///" + os.path.abspath("work/mlflow.db"):
-                lines.append(f"          with this store: .venv/bin/mlflow ui --backend-store-uri "
-                             f"{mask_url_password(self.uri)} --host 127.0.0.1 --port 5000")
         return "\n".join(lines)
 
 
@@ -333,8 +335,11 @@ def score_command(model_uri: str, input_path: Optional[str], output_path: str, f
                   options: Optional[Dict[str, str]] = None, table: Optional[str] = None,
                   query: Optional[str] = None) -> int:
     """``sparktrain score``: score raw rows (a file or folder, a table or a query) with a registered model."""
-    from sparktrain.serve.scoring import score_path
+    from sparktrain.serve.scoring import check_request, score_path
 
+    # the arguments, --output and the registry first: a wrong name or store is told before Spark starts (~10 s)
+    check_request(model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri, options=options,
+                  table=table, query=query)
     spark = get_or_create_session(master)
     n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
                    options=options, table=table, query=query)

@@ -21,7 +21,7 @@ key its user wrote (``train.num_workers`` or ``numWorkers``)::
     >>> check_value(SETTINGS["num_workers"], 0, "numWorkers")
     Traceback (most recent call last):
     ...
-    sparktrain.errors.ConfigError: config key 'numWorkers' = 0: must be >= 1
+    sparktrain.errors.ConfigError: parameter 'numWorkers' = 0: must be >= 1
 
 (the choices of a ``str`` setting are checked here too, not by a ``Literal`` type, so that both paths
 share the message).
@@ -193,37 +193,43 @@ def defaults(keys: Optional[Iterable[str]] = None) -> Dict[str, Any]:
     return {k: SETTINGS[k].default for k in (keys if keys is not None else SETTINGS)}
 
 
-def check_value(setting: Setting, value: Any, name: str) -> None:
-    """Raise :class:`ConfigError` naming ``name`` (the key as the user wrote it) when ``value`` is bad."""
+def check_value(setting: Setting, value: Any, name: str, kind: Optional[str] = None) -> None:
+    """Raise :class:`ConfigError` naming ``name`` (the key as the user wrote it; ``kind``: ``"parameter"`` for a
+    Param, ``"config key"``...) when ``value`` is bad."""
     fix = setting.fix_for(value)
     if fix is not None:
-        raise ConfigError(name, value, fix)
+        raise ConfigError(name, value, fix, kind=kind)
 
 
-def check_together(values: Mapping[str, Any], framework: str, name: Callable[[str], str]) -> None:
-    """The rules between settings, the same on both paths; ``name(key)`` is how the caller's user spells a key.
+def check_together(values: Mapping[str, Any], framework: str, name: Callable[[str], str],
+                   kind: Optional[str] = None) -> None:
+    """The rules between settings, the same on both paths; ``name(key)`` is how the caller's user spells a key,
+    ``kind`` what it is to them (as :class:`ConfigError` takes it).
 
     ``values`` holds every setting by YAML key.
     """
+    def refuse(key: str, value: Any, fix: str) -> ConfigError:
+        return ConfigError(name(key), value, fix, kind=kind)
+
     workers, least = values["num_workers"], values.get("min_workers")
     if least is not None and not 1 <= least <= workers:
-        raise ConfigError(name("min_workers"), least, f"must be in [1, {name('num_workers')} = {workers}]")
+        raise refuse("min_workers", least, f"must be in [1, {name('num_workers')} = {workers}]")
     backend = values["backend"]
     if framework == "keras" and backend not in ("auto", "gloo", "mwms"):
-        raise ConfigError(name("backend"), backend,
-                          "Keras all-reduces its gradients with 'gloo' (default) or under MultiWorkerMirroredStrategy "
-                          "('mwms'); Horovod with Keras 3 does not average gradients. Use backend: gloo, or framework: "
-                          "torch for horovod/ddp")
+        raise refuse("backend", backend,
+                     "Keras all-reduces its gradients with 'gloo' (default) or under MultiWorkerMirroredStrategy "
+                     "('mwms'); Horovod with Keras 3 does not average gradients. Use backend: gloo, or framework: "
+                     "torch for horovod/ddp")
     if framework == "torch" and backend not in ("auto", "ddp", "horovod"):
-        raise ConfigError(name("backend"), backend, "torch trains with 'ddp' or 'horovod'")
+        raise refuse("backend", backend, "torch trains with 'ddp' or 'horovod'")
     if values.get("accumulate_steps", 1) > 1 and resolve_backend(framework, backend) in ("horovod", "mwms"):
-        raise ConfigError(name("accumulate_steps"), values["accumulate_steps"],
-                          f"gradient accumulation runs under backend ddp (torch) or gloo (Keras), not "
-                          f"{backend}; set {name('backend')} to one of those, or {name('accumulate_steps')} to 1")
+        raise refuse("accumulate_steps", values["accumulate_steps"],
+                     f"gradient accumulation runs under backend ddp (torch) or gloo (Keras), not "
+                     f"{backend}; set {name('backend')} to one of those, or {name('accumulate_steps')} to 1")
     if values.get("precision") == "fp16" and values.get("gpus_per_worker", 0) == 0:
-        raise ConfigError(name("precision"), "fp16",
-                          f"fp16 is for GPUs (it needs loss scaling); set {name('gpus_per_worker')} >= 1, or use "
-                          "bf16 (which also runs on CPU) or fp32")
+        raise refuse("precision", "fp16",
+                     f"fp16 is for GPUs (it needs loss scaling); set {name('gpus_per_worker')} >= 1, or use "
+                     "bf16 (which also runs on CPU) or fp32")
 
 
 def reference_table() -> str:

@@ -253,7 +253,8 @@ def test_the_cli_names_a_read_only_store_or_output_before_any_job(spark, tmp_pat
         rc = main(argv)
         err = capsys.readouterr().err
         assert rc == 1, (what, err)
-        assert (f"error: config key '{what}' = '{value}': {where} is not writable by this process, so nothing can "
+        kind = "option" if what.startswith("--") else "config key"
+        assert (f"error: {kind} '{what}' = '{value}': {where} is not writable by this process, so nothing can "
                 f"be written there. Fix: make it writable (chmod u+w, chattr -i, a read-write mount), or point "
                 f"{what} at a folder you can write") in err, err
         assert "Traceback" not in err
@@ -329,5 +330,5 @@ def test_score_cli_refuses_overlapping_outputs(spark, tmp_path, capsys, output, 
                "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}"])
     err = capsys.readouterr().err
     assert rc == 1
-    assert f"error: config key '--output' = '{target}': {problem}" in err
+    assert f"error: option '--output' = '{target}': {problem}" in err
     assert (raw / "part-0.parquet").read_bytes() == b"PAR1"

@@ -129,3 +129,46 @@ def test_the_split_of_a_dataframe_is_seeded_and_deterministic(spark, tmp_path):
     assert {r[0] for r in df.where(F.expr(expr) == "validation").select("id").collect()} == first
     keyless = split_expression(None, SplitConfig(train=0.7, validation=0.2, test=0.1, seed=1), df.columns)
     assert keyless == split_case(1, df.columns, [("train", 0.7), ("validation", 0.2), ("test", 0.1)])
+
+
+# ---------------------------------------------------------------- an integer label with many values
+
+
+@pytest.mark.parametrize("task, warns", [(None, True), ("multiclass", False), ("regression", False)])
+def test_an_integer_label_with_many_classes_warns_under_auto(spark, task, warns):
+    """A rounded measurement as an int is a 70-way classifier under auto: the user is told how to get a regression."""
+    import warnings
+
+    from sparktrain.features.label import decide_label
+
+    df = spark.sql(f"SELECT CAST(round(id * 7 / 30) AS INT) - 20 AS y FROM range({ROWS})")  # -20 .. 50
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        decision = decide_label(df, "y", "int", task)
+    texts = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    assert decision.encoding.task == (task or "multiclass")
+    if warns:
+        assert texts == ["integer label column 'y' has 71 classes (values -20 to 50), so task auto trains a 71-way "
+                         "classifier. If it is a quantity (a count, an amount, a rounded measurement), set "
+                         "task='regression' (config: train.task: regression); set task='multiclass' to keep the "
+                         "classes and silence this warning"]
+    else:
+        assert texts == []
+
+
+def test_a_few_integer_classes_and_parquet_labels_warn_only_when_many(spark, tmp_path):
+    import warnings
+
+    from sparktrain.features.label import decide_label
+    from sparktrain.train.inputs import infer_inputs
+
+    few = spark.sql(f"SELECT CAST(id % 5 AS INT) AS y FROM range({ROWS})")
+    raw = str(tmp_path / "raw")  # any Parquet, no features.json: the estimator's own rule (classes 0..max)
+    spark.sql(f"SELECT CAST(id AS DOUBLE) AS x, CAST(id % 40 AS INT) AS y FROM range({ROWS})").write.parquet(raw)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert decide_label(few, "y", "int").encoding.task == "multiclass"
+        spec = infer_inputs(raw, "y")
+    texts = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    assert (spec.task, spec.num_classes) == ("multiclass", 40)
+    assert texts == [t for t in texts if "'y' has 40 classes (values 0 to 39)" in t] and len(texts) == 1

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from sparktrain.data.manifest import committed_files
-from sparktrain.errors import MissingColumnError, ModelNotFoundError
+from sparktrain.errors import ColumnClashError, MissingColumnError, ModelNotFoundError
 from tests._sweep import SECRETS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -264,7 +264,6 @@ def test_spark_model_keeps_every_raw_column_and_loads_back_as_it_scores(job, spa
     from pyspark.ml import PipelineModel
     from pyspark.sql import functions as F
 
-    from sparktrain.errors import ConfigError
     from sparktrain.serve.pyfunc import load_spark_model
     from sparktrain.serve.scoring import score_dataframe, score_with_pipeline
 
@@ -297,8 +296,8 @@ def test_spark_model_keeps_every_raw_column_and_loads_back_as_it_scores(job, spa
     text = str(err.value)
     assert text.startswith(f"column 'dep_delay' is not in the DataFrame to score (model {uri} reads it).") and \
         "Columns that exist: " in text and "order_ref" in text and "SQL" not in text, text
-    with pytest.raises(ConfigError, match=r"already has column\(s\) prediction, probability, rawPrediction that "
-                                          rf"model {uri} adds; drop or rename them"):
+    with pytest.raises(ColumnClashError, match=r"already has column\(s\) prediction, probability, rawPrediction that "
+                                               rf"model {uri} adds; drop or rename them"):
         model.transform(out)
     # saved and loaded with Spark ML's own reader: the same raw-in, raw-out model
     model.save(str(tmp_path / "saved"))

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -26,19 +25,6 @@ def _wait_for_epoch(store: Path, epoch: int, stop: threading.Event) -> bool:
                     return True
         time.sleep(0.1)
     return False
-
-
-@pytest.fixture
-def restore_mlflow_uri(monkeypatch):
-    """The job points MLflow's process-wide URI (and MLFLOW_TRACKING_URI) at this test's servers: undo it."""
-    import mlflow
-
-    before = mlflow.get_tracking_uri()
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
-        monkeypatch.setenv(key, os.environ[key]) if key in os.environ else monkeypatch.delenv(key, raising=False)
-    yield
-    mlflow.set_tracking_uri(before)
-    mlflow.set_registry_uri(before)
 
 
 @pytest.mark.torch

@@ -293,10 +293,12 @@ def test_keras_with_horovod_is_refused_with_reason(spark, dataset, tmp_path):
 def test_params_validate_ranges():
     from sparktrain.train.estimator import TorchEstimator
 
-    with pytest.raises(ConfigError, match="'numWorkers' = 0: must be >= 1"):
+    with pytest.raises(ConfigError, match="^parameter 'numWorkers' = 0: must be >= 1"):
         TorchEstimator(numWorkers=0)
-    with pytest.raises(ConfigError, match="'backend' = 'nccl': must be one of"):
+    with pytest.raises(ConfigError, match="^parameter 'backend' = 'nccl': must be one of"):  # a Param, one word
         TorchEstimator(backend="nccl")
+    with pytest.raises(ConfigError, match=r"^parameter 'minWorkers' = 3: must be in \[1, numWorkers = 2\]"):
+        TorchEstimator(numWorkers=2, minWorkers=3).checked_settings()
 
 
 def test_horovod_missing_names_the_make_target(spark, dataset, tmp_path):

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 import pytest
 
-from sparktrain.errors import DataError, MissingColumnError, SchemaError
+from sparktrain.errors import ColumnClashError, DataError, MissingColumnError, SchemaError
 
 ROWS = 1600
 
@@ -196,7 +196,8 @@ def test_a_vector_column_trains_and_scores_with_spark_evaluators(spark, mixed, t
     with pytest.raises(Exception, match=r"column 'features' is a float block of 2 values per row for this model, "
                                         r"but a batch has 3"):
         model.transform(wide).collect()
-    with pytest.raises(Exception, match="already has column"):
+    with pytest.raises(ColumnClashError, match=r"^the DataFrame to score already has column\(s\) prediction that the "
+                                               r"model adds; drop or rename them, or set predictionCol"):
         model.transform(scored.select("id", "features", "flag", "amount", "label", "prediction"))
 
 

@@ -15,7 +15,6 @@ import pytest
 from sparktrain.config import parse_config
 from sparktrain.errors import TrackingDownError, TrackingError
 from sparktrain.tune.search import format_trials, run_search
-from tests.track.test_outage import restore_mlflow_uri  # noqa: F401 - a fixture
 
 FEATURES = [{"name": "a", "type": "numeric"}, {"name": "b", "type": "numeric"},
             {"name": "kind", "type": "categorical"}]
@@ -51,7 +50,7 @@ def _cfg(tmp_path: Path, dataset: str, uri: str, tune: dict, train: dict | None 
 @pytest.mark.torch
 @pytest.mark.slow
 def test_server_killed_mid_search_keeps_the_best_model_and_register_from_store_is_idempotent(
-        spark, prepared, tmp_path, restore_mlflow_uri, caplog):  # noqa: F811 - the fixture
+        spark, prepared, tmp_path, restore_mlflow_uri, caplog):
     from mlflow import MlflowClient
 
     from sparktrain.track.bundle import read_bundle, register_from_store

@@ -81,7 +81,7 @@ def test_hyperopt_tpe_options_reach_it_and_a_random_start_is_named(spark, tmp_pa
     """Hyperopt's TPE draws 20 points at random by default: 8 trials are a random search, and the log says so."""
     with caplog.at_level(logging.WARNING, logger="sparktrain.tune._engines"):
         plain = run_search(spark, _cfg(tmp_path / "a", {"max_trials": 8}), None, objective=_objective)
-    assert "draws its first 20 trials at random and tune.max_trials is 8" in caplog.text
+    assert caplog.text.count("draws its first 20 trials at random and tune.max_trials is 8") == 1
     assert "tune.sampler_options: {n_startup_jobs: 2}" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="sparktrain.tune._engines"):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -46,6 +47,19 @@ from sparktrain.features._sql import quote
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CLASSES = 1000
+#: An integer label with more classes than this, under ``task`` auto, is warned about: it may be a quantity.
+MANY_INTEGER_CLASSES = 20
+
+
+def warn_many_integer_classes(column: str, classes: int, low: Any, high: Any) -> None:
+    """Warn (``UserWarning``, which a notebook shows) that an integer label becomes a ``classes``-way classifier
+    under ``task`` auto: a count, a price in cents or a rounded measurement is a regression target."""
+    if classes <= MANY_INTEGER_CLASSES:
+        return
+    warnings.warn(f"integer label column '{column}' has {classes:,} classes (values {low} to {high}), so task auto "
+                  f"trains a {classes:,}-way classifier. If it is a quantity (a count, an amount, a rounded "
+                  f"measurement), set task='regression' (config: train.task: regression); set task='multiclass' "
+                  f"to keep the classes and silence this warning", UserWarning, stacklevel=2)
 TASKS = ("binary", "multiclass", "regression")
 _INTEGER = ("tinyint", "smallint", "int", "bigint")
 _FLOAT = ("float", "double", "decimal")
@@ -252,6 +266,9 @@ def encode_label(summary: LabelSummary, task: Optional[str] = None) -> LabelEnco
             labels = [t for _, t, _ in summary.classes]
         entry.update(vocabulary=vocabulary, num_classes=k, class_counts=counts)
     final = task or inferred
+    if task is None and summary.kind == "integer" and summary.classes:
+        warn_many_integer_classes(summary.column, len(summary.classes), summary.classes[0][0],
+                                  summary.classes[-1][0])
     if summary.classes is not None and final == "binary" and len(summary.classes) != 2:
         raise ConfigError("train.task", "binary",
                           f"label column '{summary.column}' has {len(summary.classes)} classes; use multiclass or auto")
@@ -316,5 +333,6 @@ def _finite(x: Optional[float]) -> Optional[float]:
     return x if x is not None and math.isfinite(x) else None
 
 
-__all__ = ["DEFAULT_MAX_CLASSES", "LabelDecision", "LabelEncoding", "LabelSummary", "check_label", "class_kind",
-           "decide_label", "encode_label", "label_kind", "max_classes_of", "summarize_label", "task_override"]
+__all__ = ["DEFAULT_MAX_CLASSES", "MANY_INTEGER_CLASSES", "LabelDecision", "LabelEncoding", "LabelSummary",
+           "check_label", "class_kind", "decide_label", "encode_label", "label_kind", "max_classes_of",
+           "summarize_label", "task_override", "warn_many_integer_classes"]

@@ -24,7 +24,8 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from sparktrain._internal.secrets import mask_value
-from sparktrain.errors import ConfigError, DatasetNotFoundError, MissingColumnError, TrackingError
+from sparktrain.errors import (ColumnClashError, ConfigError, DatasetNotFoundError, MissingColumnError,
+                               TrackingError)
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +206,7 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
                                      fix=missing_fix)
     clashes = [n for n, _ in outputs if n in df.columns]
     if clashes:
-        raise ConfigError("--input", where, f"it already has column(s) {', '.join(clashes)} that scoring adds; "
-                                            f"drop or rename them")
+        raise ColumnClashError(clashes, where, "scoring")
     spark_model = spark_pipeline_if_needed(model_uri)
     if spark_model is not None:
         return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs])
@@ -305,8 +305,37 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     LeaseHeldError
         Another job is writing ``output_path`` (before any Spark job).
     """
-    from sparktrain.data.guard import check_output_location, check_replaceable, mlflow_paths
+    from sparktrain._internal.spark_compat import check_spark_path
     from sparktrain.data.lease import claim
+
+    raw_uri = _check_arguments(model_uri, input_path, output_path, fmt, tracking_uri, options, table, query)
+    check_spark_path(spark, output_path, "--output", "the scoring output")  # Spark writes it: not after scoring
+    with claim(output_path, "--output"):
+        _check_registered(model_uri, raw_uri, given_by=_uri_source(tracking_uri))
+        return _score_claimed(spark, model_uri, input_path, output_path, fmt, options, table, query)
+
+
+def check_request(model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
+                  tracking_uri: Optional[str] = None, options: Optional[Dict[str, str]] = None,
+                  table: Optional[str] = None, query: Optional[str] = None) -> str:
+    """What :func:`score_path` checks before it needs Spark: the arguments, ``output_path`` (new, empty or an
+    earlier scored output, apart from the input and the MLflow store), then the model in the registry.
+    ``sparktrain score`` runs it before it starts Spark.  Returns the tracking URI, configured for MLflow.
+
+    Raises
+    ------
+    ConfigError, OutputNotOwnedError, OutputOverlapError, ModelNotFoundError, TrackingError
+        As :func:`score_path` documents them.
+    """
+    raw_uri = _check_arguments(model_uri, input_path, output_path, fmt, tracking_uri, options, table, query)
+    return _check_registered(model_uri, raw_uri, given_by=_uri_source(tracking_uri))
+
+
+def _check_arguments(model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str],
+                     tracking_uri: Optional[str], options: Optional[Dict[str, str]], table: Optional[str],
+                     query: Optional[str]) -> str:
+    """The arguments and ``output_path``, before the registry is opened; returns the tracking URI as given."""
+    from sparktrain.data.guard import check_output_location, check_replaceable, mlflow_paths
 
     given = {k: v for k, v in (("--input", input_path), ("--table", table), ("--query", query)) if v is not None}
     if len(given) != 1:
@@ -322,27 +351,47 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     check_output_location(output_path, "--output", inputs=[("--input", input_path)] if input_path else [],
                           keep_apart=apart, keep_out=keep_out)
     check_replaceable(output_path, "--output")  # before the registry, the model and any Spark job
-    from sparktrain._internal.spark_compat import check_spark_path
-
-    check_spark_path(spark, output_path, "--output", "the scoring output")  # Spark writes it: not after scoring
-    with claim(output_path, "--output"):
-        return _score_claimed(spark, model_uri, raw_uri, input_path, output_path, fmt, options, table, query)
+    return raw_uri
 
 
-def _score_claimed(spark: Any, model_uri: str, raw_uri: str, input_path: Optional[str], output_path: str,
-                   fmt: Optional[str], options: Optional[Dict[str, str]], table: Optional[str],
-                   query: Optional[str]) -> int:
-    """:func:`score_path` once ``--output`` is checked and claimed."""
+def _uri_source(tracking_uri: Optional[str]) -> str:
+    if tracking_uri:
+        return "--tracking-uri"
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return "MLFLOW_TRACKING_URI"
+    return "the default, as neither --tracking-uri nor MLFLOW_TRACKING_URI is set"
+
+
+def _check_registered(model_uri: str, raw_uri: str, given_by: str) -> str:
+    """Configure MLflow for ``raw_uri`` and check that ``model_uri`` names a registered model there.  A lookup in
+    a sqlite store whose file does not exist is refused as such: MLflow would create an empty store to say no."""
     from mlflow import MlflowClient
 
-    from sparktrain.data.commit import Generation
-    from sparktrain.data.manifest import build_manifest, write_manifest
+    from sparktrain.errors import ModelNotFoundError
     from sparktrain.track import store
     from sparktrain.track.registry import check_model_uri
 
+    fix = ("" if given_by == "--tracking-uri" else
+           f". This store is {given_by}: if the model was registered in another one (the job config's "
+           "tracking.uri), pass that with --tracking-uri URI or set MLFLOW_TRACKING_URI")
+    uri = store.normalize_uri(raw_uri)
+    db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    if model_uri.startswith(("models:/", "runs:/")) and db not in ("", ":memory:") and not os.path.exists(db):
+        raise ModelNotFoundError(f"cannot look up {model_uri}: there is no MLflow store at {mask_value(uri)} (the "
+                                 f"file does not exist){fix or '. Fix --tracking-uri'}")
     uri = store.preflight(raw_uri)
     store.configure(uri)
-    check_model_uri(MlflowClient(uri, uri), model_uri)
+    check_model_uri(MlflowClient(uri, uri), model_uri, fix=fix)
+    return uri
+
+
+def _score_claimed(spark: Any, model_uri: str, input_path: Optional[str], output_path: str,
+                   fmt: Optional[str], options: Optional[Dict[str, str]], table: Optional[str],
+                   query: Optional[str]) -> int:
+    """:func:`score_path` once ``--output`` is checked and claimed."""
+    from sparktrain.data.commit import Generation
+    from sparktrain.data.manifest import build_manifest, write_manifest
+
     if input_path is not None:
         chosen, reader, why = choose_reader(input_path, fmt, options, trained_reader(model_uri))
         log.info("score: reading %s as %s (%s)", mask_value(input_path), chosen, why)

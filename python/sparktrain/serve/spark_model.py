@@ -28,7 +28,7 @@ from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from sparktrain.errors import ConfigError, MissingColumnError
+from sparktrain.errors import ColumnClashError, MissingColumnError
 from sparktrain.features._sql import quote
 
 #: Prefix of the private copies of the input columns (not the feature stages' ``__st_``, which the assembler drops).
@@ -62,9 +62,8 @@ class KeepRawColumns(Transformer, DefaultParamsReadable, DefaultParamsWritable):
                 raise MissingColumnError(name, dataset.columns, where=f"the DataFrame to score ({model} reads it)")
         clashes = [n for n in self.getOrDefault(self.outputCols) if n in dataset.columns]
         if clashes:
-            raise ConfigError("the DataFrame to score", clashes,
-                              f"it already has column(s) {', '.join(clashes)} that {model} adds; drop or rename "
-                              f"them (a scored frame is scored again from its raw columns)")
+            raise ColumnClashError(clashes, "the DataFrame to score", model,
+                                   "drop or rename them (a scored frame is scored again from its raw columns)")
         reads = [F.col(quote(c)) for c in self.getOrDefault(self.inputCols)]
         return dataset.select(*reads, *[F.col(quote(c)).alias(RAW_PREFIX + c) for c in dataset.columns])
 

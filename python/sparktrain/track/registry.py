@@ -72,11 +72,12 @@ def registered_model_names(client: Any) -> List[str]:
             return sorted(names)
 
 
-def check_model_uri(client: Any, model_uri: str) -> None:
+def check_model_uri(client: Any, model_uri: str, fix: str = "") -> None:
     """Raise :class:`ModelNotFoundError` when a ``models:/NAME...`` URI names nothing in the registry.
 
     The message names the model and lists the registered models (or the
-    aliases and versions of the named one).
+    aliases and versions of the named one); ``fix`` is appended when the name
+    is not registered at all (e.g. how to point at another store).
     """
     m = _MODELS_URI.match(model_uri)
     if m is None or m["name"].startswith("m-"):  # runs:/, a path, or models:/<logged model id>
@@ -94,7 +95,7 @@ def check_model_uri(client: Any, model_uri: str) -> None:
         listed = ", ".join(names) if names else "(none)"
         raise ModelNotFoundError(f"model '{name}' is not in the MLflow registry at {mask_value(client.tracking_uri)}. "
                                  f"Registered models: {listed}. Train one with `sparktrain run CONFIG` "
-                                 f"(tracking.model_name) or fix the name in {model_uri}") from exc
+                                 f"(tracking.model_name) or fix the name in {model_uri}{fix}") from exc
     versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
     if alias:
         try:

@@ -294,7 +294,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         values = self.settings()
         if self._framework == "keras" and values["backend"] == "horovod":
             preflight.check_framework("keras", "horovod")  # explains why horovod+keras is refused
-        check_together(values, self._framework, lambda key: PARAM_OF[key])
+        check_together(values, self._framework, lambda key: PARAM_OF[key], kind="parameter")
         values["backend"] = resolve_backend(self._framework, values["backend"])
         return values
 

@@ -265,6 +265,10 @@ def infer_inputs(train_path: str, label: str, numeric: Optional[Sequence[str]] =
             task = "binary"
         elif pa.types.is_integer(ltype):
             task = "binary" if (stats[label]["max"] or 0) <= 1 else "multiclass"
+            if task == "multiclass" and stats[label]["max"] is not None and not lmeta:
+                from sparktrain.features.label import warn_many_integer_classes
+                warn_many_integer_classes(label, int(stats[label]["max"]) + 1, stats[label]["min"],
+                                          stats[label]["max"])
         else:
             task = "regression"
     if task in ("binary", "multiclass") and stats[label]["min"] is not None and not pa.types.is_boolean(ltype) \

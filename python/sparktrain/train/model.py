@@ -24,7 +24,7 @@ from pyspark.ml import Model
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import ConfigError, DataError, MissingColumnError, NotFittedError, SchemaError
+from sparktrain.errors import ColumnClashError, DataError, MissingColumnError, NotFittedError, SchemaError
 from sparktrain.train._executor.spec import InputSpec
 from sparktrain.train.params import _ModelParams
 
@@ -94,9 +94,9 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
                 raise MissingColumnError(col, dataset.columns, where="the DataFrame to score")
         clash = [n for n, _ in self._output_columns() if n in dataset.columns]
         if clash:
-            raise ConfigError("predictionCol/probabilityCol/rawPredictionCol", clash,
-                              f"the DataFrame to score already has column(s) {', '.join(clash)}; drop or rename "
-                              f"them, or set the output column Params to other names ('' adds no column)")
+            raise ColumnClashError(clash, "the DataFrame to score", "the model",
+                                   "drop or rename them, or set predictionCol, probabilityCol or rawPredictionCol "
+                                   "to other names ('' adds no column)")
         inputs = self.inputs if decode else replace(self.inputs, classes=())
         prepared, sources = scoring_frame(dataset, inputs)
         # mapInArrow resolves every column by name, and a name with a dot reads as a struct field: the function

@@ -39,8 +39,8 @@ def _converter(setting: Setting) -> Callable[[Any], Any]:
         try:
             v = base(value)
         except TypeError as exc:
-            raise ConfigError(str(setting.param), value, f"expected {setting.kind}: {exc}") from exc
-        check_value(setting, v, str(setting.param))
+            raise ConfigError(str(setting.param), value, f"expected {setting.kind}: {exc}", kind="parameter") from exc
+        check_value(setting, v, str(setting.param), kind="parameter")
         return v
     convert.__name__ = f"to_{setting.key}"
     return convert

@@ -299,12 +299,6 @@ def check_sampler(tune: TuneConfig, space: CompiledSpace) -> None:
         except (TypeError, ValueError) as e:
             raise ConfigError("tune.sampler_options", tune.sampler_options,
                               f"Optuna's {tune.effective_sampler} sampler refuses them: {e}") from None
-    key = _STARTUP.get((tune.engine, tune.effective_sampler), ("", None))[0]
-    if key and tune.max_trials > 2 and startup_trials(tune) >= tune.max_trials:
-        log.warning("tune.sampler: %s draws its first %d trials at random and tune.max_trials is %d, so this "
-                    "search is a random search; to let it model results sooner set tune.sampler_options: "
-                    "{%s: %d}", tune.effective_sampler, startup_trials(tune), tune.max_trials, key,
-                    max(2, tune.max_trials // 3))
     if tune.effective_sampler != "cmaes":
         return
     numeric = space.numeric_labels()
@@ -317,6 +311,17 @@ def check_sampler(tune: TuneConfig, space: CompiledSpace) -> None:
     if other:
         log.warning("tune.sampler: cmaes models %s; CMA-ES cannot use %s (choices, groups and keys only some "
                     "branches set): Optuna's TPE samples those", ", ".join(numeric), ", ".join(other))
+
+
+def warn_random_start(tune: TuneConfig) -> None:
+    """Warn, once per search (:func:`~sparktrain.tune.search.run_search`; the job's preflight only checks), when
+    the sampler's random start covers the whole budget: the search is then a random search."""
+    key = _STARTUP.get((tune.engine, tune.effective_sampler), ("", None))[0]
+    if key and tune.max_trials > 2 and startup_trials(tune) >= tune.max_trials:
+        log.warning("tune.sampler: %s draws its first %d trials at random and tune.max_trials is %d, so this "
+                    "search is a random search; to let it model results sooner set tune.sampler_options: "
+                    "{%s: %d}", tune.effective_sampler, startup_trials(tune), tune.max_trials, key,
+                    max(2, tune.max_trials // 3))
 
 
 def study_name(cfg: JobConfig, dataset_path: Optional[str]) -> str:

@@ -37,7 +37,7 @@ from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError, TuneError
 from sparktrain.features.load import Embedded
 from sparktrain.tune._channel import open_channel
-from sparktrain.tune._engines import check_pruning, check_sampler, make_engine
+from sparktrain.tune._engines import check_pruning, check_sampler, make_engine, warn_random_start
 from sparktrain.tune._loop import Listener, SearchLoop
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, SearchResult, TrialRecord, format_trials, goal_of
 from sparktrain.tune.space import CompiledSpace, compile_space, describe
@@ -119,6 +119,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     """
     space, goal = check_search(cfg, objective=objective is not None)
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # check_search refuses None
+    warn_random_start(tune)
     if objective is None:
         _check_test_split(spark, dataset_path)  # before the study, the runs and any trial
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
