@@ -77,13 +77,27 @@ class MissingColumnError(SchemaError, KeyError):
             -> None:
         available = list(available)
         close = difflib.get_close_matches(column, available, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = f" Did you mean '{close[0]}'?" if close else _separator_hint(column, available)
         super().__init__(f"column '{column}' is not in {where}.{hint} Columns that exist: "
                          f"{', '.join(available)}. {fix}")
         self.column = column
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+_SEPARATORS = {"\t": "\\t", ";": ";", "|": "|", ",": ","}
+
+
+def _separator_hint(column: str, available: Iterable[str]) -> str:
+    """When one header holds the missing name between separators ('id\tx1\tx2'), a text file was split with the
+    wrong separator: name the one it has."""
+    for name in available:
+        for sep, shown in _SEPARATORS.items():
+            if sep in name and column in name.split(sep):
+                return (f" Column {name!r} holds it between '{shown}': the file's separator is probably '{shown}' "
+                        f"(CSV reader option sep, e.g. --option sep='{shown}' or data.options: {{sep: '{shown}'}}).")
+    return ""
 
 
 class ColumnClashError(SchemaError):

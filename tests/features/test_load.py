@@ -35,6 +35,26 @@ def test_csv_with_na_nulls_and_a_semicolon_through_data_options(spark, tmp_path,
     assert dict(raw.dtypes)["price"] == "string" and raw.where("price = 'NA'").count() == 1
 
 
+def test_a_tab_separated_file_read_as_csv_names_the_separator(spark, tmp_path, houses):
+    """Read with CSV's comma, a TSV is one column named by its whole header: the error says which separator."""
+    from sparktrain.errors import MissingColumnError
+    from sparktrain.features.load import load_input
+    from sparktrain.features.spec import parse_feature
+    from sparktrain.features.validate import check_schema
+
+    path = tmp_path / "houses.tsv"
+    path.write_text("id\tcity\tprice\tgrade\n" + "".join(f"{r[0]}\t{r[1]}\t{r[2]}\t{r[3]}\n" for r in ROWS))
+    df = load_input(spark, DataConfig(source=str(path), format="csv"))
+    with pytest.raises(MissingColumnError) as info:
+        check_schema(df.schema, [parse_feature({"name": "price", "type": "numeric"}, "features[0]")], label="grade")
+    assert "Column 'id\\tcity\\tprice\\tgrade' holds it between '\\t': the file's separator is probably '\\t' " \
+           "(CSV reader option sep, e.g. --option sep='\\t' or data.options: {sep: '\\t'})" in str(info.value)
+    fixed = load_input(spark, DataConfig(source=str(path), format="csv", options={"sep": "\\t"}))  # as YAML gives it
+    types = check_schema(fixed.schema, [parse_feature({"name": "grade", "type": "categorical"}, "features[0]")],
+                         label="grade")
+    assert list(types) == ["id", "city", "price", "grade"]
+
+
 @pytest.mark.parametrize("fmt", ["json", "orc", "parquet"])
 def test_json_orc_and_parquet_files(spark, tmp_path, houses, fmt):
     from sparktrain.features.load import load_input
