@@ -381,6 +381,9 @@ def test_score_output_is_replaced_atomically_and_a_failed_score_keeps_the_previo
     assert (record["format"], record["kind"], record["rows"]) == ("sparktrain.commit/1", "score", n)
     manifest = json.loads((out / record["path"] / "_manifest.json").read_text())
     assert (manifest["written_by"], manifest["model"], manifest["num_rows"]) == ("sparktrain score", uri, n)
+    from mlflow import MlflowClient
+    champion = MlflowClient(job["uri"], job["uri"]).get_model_version_by_alias(MODEL, "champion").version
+    assert manifest["model_version"] == f"models:/{MODEL}/{champion}"  # the version the whole job read
     before = {str(p.relative_to(out)): p.stat().st_size for p in out.rglob("*")}
     # a job that fails while writing: one file of the input has 'distance' as a string
     broken = tmp_path / "broken.parquet"

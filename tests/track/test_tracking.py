@@ -234,7 +234,7 @@ def test_dataset_and_source_inputs_from_a_uri(tmp_path, tracking_uri):
 def test_champion_moves_only_to_a_better_version(tracking_uri):
     from mlflow import MlflowClient
 
-    from sparktrain.track.registry import check_model_uri, set_champion_if_better, version_summary
+    from sparktrain.track.registry import check_model_uri, pin_model_uri, set_champion_if_better, version_summary
 
     client = MlflowClient(tracking_uri, tracking_uri)
     client.create_registered_model("unit-model")
@@ -253,6 +253,12 @@ def test_champion_moves_only_to_a_better_version(tracking_uri):
     assert tags["sparktrain.score_metric"] == "test_auc" and float(tags["sparktrain.score"]) == 0.71
 
     check_model_uri(client, "models:/unit-model@champion")
+    # a job reads one version, whatever moves the alias meanwhile
+    assert pin_model_uri(client, "models:/unit-model@champion") == f"models:/unit-model/{versions[3]}"
+    assert pin_model_uri(client, "models:/unit-model") == f"models:/unit-model/{max(versions)}"
+    assert pin_model_uri(client, "models:/unit-model/latest") == f"models:/unit-model/{max(versions)}"
+    assert pin_model_uri(client, f"models:/unit-model/{versions[1]}") == f"models:/unit-model/{versions[1]}"
+    assert pin_model_uri(client, "runs:/abc/model") == "runs:/abc/model"
     check_model_uri(client, f"models:/unit-model/{versions[1]}")
     with pytest.raises(ModelNotFoundError, match=r"'unit-modle'.*Registered models: unit-model"):
         check_model_uri(client, "models:/unit-modle@champion")

@@ -193,16 +193,30 @@ def _spark_type(mlflow_type: str) -> str:
 def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataFrame to score",
                     missing_fix: str = "Add the column, or rename the one that holds it."):
     """``df`` with the model's outputs added, via ``mlflow.pyfunc.spark_udf`` (lazy); ``missing_fix`` ends the
-    error for a column the model reads that ``df`` lacks."""
+    error for a column the model reads that ``df`` lacks.  A ``models:/NAME@alias`` is read at the version the
+    alias names now (:func:`~sparktrain.track.registry.pin_model_uri`), by the driver and every worker alike."""
+    from mlflow import MlflowClient
+
+    from sparktrain.track.registry import pin_model_uri
+
+    pinned = pin_model_uri(MlflowClient(), model_uri)
+    return _score(spark, df, pinned, signature_columns(pinned), where=where, missing_fix=missing_fix,
+                  named=model_uri)
+
+
+def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str, str]], List[Tuple[str, str]]],
+           where: str, missing_fix: str, named: str):
+    """:func:`score_dataframe` with the model at one version (``model_uri``) and its ``signature``; ``named``:
+    the URI as the user gave it, for messages."""
     import mlflow.pyfunc
     from pyspark.sql import functions as F
 
     from sparktrain._internal.spark_compat import try_cast
 
-    inputs, outputs = signature_columns(model_uri)
+    inputs, outputs = signature
     for name, _ in inputs:
         if name not in df.columns:
-            raise MissingColumnError(name, df.columns, where=f"{where} (model {model_uri} reads it)",
+            raise MissingColumnError(name, df.columns, where=f"{where} (model {named} reads it)",
                                      fix=missing_fix)
     clashes = [n for n, _ in outputs if n in df.columns]
     if clashes:
@@ -311,8 +325,8 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     raw_uri = _check_arguments(model_uri, input_path, output_path, fmt, tracking_uri, options, table, query)
     check_spark_path(spark, output_path, "--output", "the scoring output")  # Spark writes it: not after scoring
     with claim(output_path, "--output"):
-        _check_registered(model_uri, raw_uri, given_by=_uri_source(tracking_uri))
-        return _score_claimed(spark, model_uri, input_path, output_path, fmt, options, table, query)
+        pinned = _check_registered(model_uri, raw_uri, given_by=_uri_source(tracking_uri))
+        return _score_claimed(spark, model_uri, pinned, input_path, output_path, fmt, options, table, query)
 
 
 def check_request(model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
@@ -320,7 +334,8 @@ def check_request(model_uri: str, input_path: Optional[str], output_path: str, f
                   table: Optional[str] = None, query: Optional[str] = None) -> str:
     """What :func:`score_path` checks before it needs Spark: the arguments, ``output_path`` (new, empty or an
     earlier scored output, apart from the input and the MLflow store), then the model in the registry.
-    ``sparktrain score`` runs it before it starts Spark.  Returns the tracking URI, configured for MLflow.
+    ``sparktrain score`` runs it before it starts Spark.  Configures MLflow for the tracking URI and returns the
+    model URI pinned to the version it names now (:func:`~sparktrain.track.registry.pin_model_uri`).
 
     Raises
     ------
@@ -363,13 +378,14 @@ def _uri_source(tracking_uri: Optional[str]) -> str:
 
 
 def _check_registered(model_uri: str, raw_uri: str, given_by: str) -> str:
-    """Configure MLflow for ``raw_uri`` and check that ``model_uri`` names a registered model there.  A lookup in
-    a sqlite store whose file does not exist is refused as such: MLflow would create an empty store to say no."""
+    """Configure MLflow for ``raw_uri``, check that ``model_uri`` names a registered model there and return it
+    pinned to its version.  A lookup in a sqlite store whose file does not exist is refused as such: MLflow would
+    create an empty store to say no."""
     from mlflow import MlflowClient
 
     from sparktrain.errors import ModelNotFoundError
     from sparktrain.track import store
-    from sparktrain.track.registry import check_model_uri
+    from sparktrain.track.registry import check_model_uri, pin_model_uri
 
     fix = ("" if given_by == "--tracking-uri" else
            f". This store is {given_by}: if the model was registered in another one (the job config's "
@@ -381,19 +397,23 @@ def _check_registered(model_uri: str, raw_uri: str, given_by: str) -> str:
                                  f"file does not exist){fix or '. Fix --tracking-uri'}")
     uri = store.preflight(raw_uri)
     store.configure(uri)
-    check_model_uri(MlflowClient(uri, uri), model_uri, fix=fix)
-    return uri
+    client = MlflowClient(uri, uri)
+    check_model_uri(client, model_uri, fix=fix)
+    pinned = pin_model_uri(client, model_uri)
+    if pinned != model_uri:
+        log.info("score: %s is %s now; the whole job reads that version", model_uri, pinned)
+    return pinned
 
 
-def _score_claimed(spark: Any, model_uri: str, input_path: Optional[str], output_path: str,
+def _score_claimed(spark: Any, model_uri: str, pinned: str, input_path: Optional[str], output_path: str,
                    fmt: Optional[str], options: Optional[Dict[str, str]], table: Optional[str],
                    query: Optional[str]) -> int:
-    """:func:`score_path` once ``--output`` is checked and claimed."""
+    """:func:`score_path` once ``--output`` is checked and claimed; ``pinned``: ``model_uri`` at its version."""
     from sparktrain.data.commit import Generation
     from sparktrain.data.manifest import build_manifest, write_manifest
 
     if input_path is not None:
-        chosen, reader, why = choose_reader(input_path, fmt, options, trained_reader(model_uri))
+        chosen, reader, why = choose_reader(input_path, fmt, options, trained_reader(pinned))
         log.info("score: reading %s as %s (%s)", mask_value(input_path), chosen, why)
         df = read_input(spark, input_path, chosen, reader, why=why)
         where, described = f"the scoring input '{input_path}' (read as {chosen})", input_path
@@ -401,17 +421,19 @@ def _score_claimed(spark: Any, model_uri: str, input_path: Optional[str], output
         df = read_catalog(spark, table=table, query=query)
         where = f"the table '{table}'" if table is not None else "the query's result"
         described = f"table {table}" if table is not None else f"query {query}"
-    df, casts = _observe_casts(df, signature_columns(model_uri)[0])
+    inputs, outputs = signature_columns(pinned)
+    df, casts = _observe_casts(df, inputs)
     fix = "Add the column to the input, or rename the one that holds it."
     if input_path is not None and fmt is None and os.path.splitext(input_path.rstrip("/").lower())[1] in _EXTENSIONS \
             and input_format(input_path) != chosen:
         fix = (f"The input's extension says {input_format(input_path)}, but it was read as {chosen} ({why}); "
                f"if it is {input_format(input_path)}, add --format {input_format(input_path)}. Otherwise: " + fix)
-    scored = score_dataframe(spark, df, model_uri, where=where, missing_fix=fix)
+    scored = _score(spark, df, pinned, (inputs, outputs), where=where, missing_fix=fix, named=model_uri)
     try:
         with Generation(output_path, "--output") as gen:  # a failed job leaves the previous output committed
             scored.write.mode("append").parquet(gen.uri)  # a new folder (it holds only its marker)
             manifest = build_manifest(gen.uri, extra={"written_by": "sparktrain score", "model": model_uri,
+                                                      "model_version": pinned,
                                                       "input": described}, compute_digest=False)
             write_manifest(gen.uri, manifest)
             gen.commit({"kind": "score", "rows": int(manifest["num_rows"])})

@@ -72,6 +72,24 @@ def registered_model_names(client: Any) -> List[str]:
             return sorted(names)
 
 
+def pin_model_uri(client: Any, model_uri: str) -> str:
+    """``models:/NAME@alias``, ``models:/NAME`` or ``models:/NAME/latest`` as the version it names now,
+    ``models:/NAME/<version>``; any other URI as it is.
+
+    A job that reads a model several times (its signature, its files, once per
+    Spark worker) reads one version, even when another job moves the alias
+    meanwhile.  Call :func:`check_model_uri` first for a clear error.
+    """
+    m = _MODELS_URI.match(model_uri)
+    if m is None or m["name"].startswith("m-") or (m["version"] and m["version"] != "latest"):
+        return model_uri
+    name = m["name"]
+    if m["alias"]:
+        return f"models:/{name}/{client.get_model_version_by_alias(name, m['alias']).version}"
+    versions = [int(v.version) for v in client.search_model_versions(f"name='{name}'")]
+    return f"models:/{name}/{max(versions)}" if versions else model_uri
+
+
 def check_model_uri(client: Any, model_uri: str, fix: str = "") -> None:
     """Raise :class:`ModelNotFoundError` when a ``models:/NAME...`` URI names nothing in the registry.
 
