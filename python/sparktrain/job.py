@@ -16,6 +16,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import posixpath
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -135,11 +136,17 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 result.seconds["preprocess"] = time.perf_counter() - t0
                 if run is not None:
                     from sparktrain.track.stages import log_preprocess
-                    log_preprocess(run, _dataset_path(result.preprocess, cfg))
+                    log_preprocess(run, result.preprocess.generation or result.preprocess.path)
             _print("== preprocess")
             _print(format_summary(result.preprocess))
+        if "train" in wanted or "tune" in wanted:
+            from sparktrain.data.commit import reading
+
+            # the generation this job trains on stays while it runs, whatever another job commits meanwhile
+            written = posixpath.basename(result.preprocess.generation) if result.preprocess is not None and \
+                result.preprocess.generation else None
+            dataset = stack.enter_context(reading(_dataset_root(result.preprocess, cfg), "output.path", written))
         if "train" in wanted:
-            dataset = _dataset_path(result.preprocess, cfg)
             with _stage(tracker, "train") as run:
                 t0 = time.perf_counter()
                 callback = run.callback() if run is not None else None
@@ -160,7 +167,6 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         if "tune" in wanted:
             from sparktrain.tune.search import format_trials, tune_stage
 
-            dataset = _dataset_path(result.preprocess, cfg)
             with _stage(tracker, "tune") as run:
                 t0 = time.perf_counter()
                 try:
@@ -250,11 +256,9 @@ def _stage(tracker: Any, name: str):
     return tracker.stage(name) if tracker is not None else contextlib.nullcontext(None)
 
 
-def _dataset_path(preprocess: Any, cfg: JobConfig) -> str:
-    """The dataset's committed generation (:func:`sparktrain.data.commit.resolve`), or the path of an older layout."""
-    from sparktrain.data.commit import resolve
-
-    return resolve(preprocess.path if preprocess is not None else cfg.output.path)
+def _dataset_root(preprocess: Any, cfg: JobConfig) -> str:
+    """The dataset's path: this job's preprocess output, else ``output.path``."""
+    return preprocess.path if preprocess is not None else cfg.output.path
 
 
 def check_scale(data: DataConfig) -> None:

@@ -248,3 +248,69 @@ def test_generation_content_is_the_dataset_numbers(tmp_path, nomove):
     _generation(out, np.arange(100, dtype=np.float32).tolist())
     files = committed_files(str(out))
     assert len(files) == 1 and pq.read_table(files).num_rows == 100
+
+
+# ---------------------------------------------------------------- readers keep the generation they read
+
+
+def test_a_reader_keeps_its_generation_through_another_jobs_commit(tmp_path, nomove, caplog):
+    """A fit reads one generation from start to end: a commit meanwhile keeps it, the next write after removes it."""
+    out = tmp_path / "out"
+    first = _generation(out, [1.0, 2.0])
+    with commit.reading(str(out)) as read:
+        assert read == f"{out}/{first.name}"
+        pins = [p.name for p in tmp_path.iterdir() if ".pin-" in p.name]
+        assert len(pins) == 1 and json.loads((tmp_path / pins[0]).read_text())["generation"] == first.name
+        second = _generation(out, [3.0])  # another job commits meanwhile
+        assert _rows(read) == [1.0, 2.0] and _rows(str(out)) == [3.0]  # the reader's rows; new readers' rows
+        assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", first.name, second.name])
+        assert "keeping the previous generation" in caplog.text and f"pid {os.getpid()}" in caplog.text
+        third = _generation(out, [4.0])  # still read: kept again, the replaced second goes
+        assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", first.name, third.name])
+    assert [p.name for p in tmp_path.iterdir() if ".pin-" in p.name] == []  # released
+    fourth = _generation(out, [5.0])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", fourth.name])
+    assert nomove.moves == []
+
+
+def test_a_pin_whose_job_is_gone_keeps_nothing(tmp_path, nomove):
+    """A reader killed with kill -9 leaves its pin: a dead pid (or a stale heartbeat) does not keep a generation."""
+    import subprocess
+    import sys
+    import time
+
+    from sparktrain.data.lease import Pin
+
+    out = tmp_path / "out"
+    first = _generation(out, [1.0])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    for pid, beat in ((int(dead.stdout), time.time()), (os.getpid(), time.time() - 3600)):
+        pin = Pin(str(out), first.name)
+        body = {**pin.body(), "heartbeat_at": beat}
+        body["holder"]["pid"] = pid
+        Path(pin.path).write_text(json.dumps(body))
+    second = _generation(out, [2.0])
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", second.name])
+    assert [p.name for p in tmp_path.iterdir() if ".pin-" in p.name] == []  # both removed as stale
+
+
+def test_reading_the_generation_a_job_wrote_after_another_commit(tmp_path, nomove):
+    from sparktrain.errors import DataError
+
+    out = tmp_path / "out"
+    first = _generation(out, [1.0])
+    with commit.reading(str(out), generation=first.name) as read:
+        _generation(out, [2.0])
+        assert read == f"{out}/{first.name}" and _rows(read) == [1.0]
+    third = _generation(out, [3.0])  # the first write after the reader: the first generation goes
+    with pytest.raises(DataError, match=rf"generation {first.name}, which this job wrote, is gone: another job "
+                                        rf"committed"):
+        with commit.reading(str(out), generation=first.name):
+            pytest.fail("must not be reached")
+    with commit.reading(str(out)) as read:
+        assert read == f"{out}/{third.name}"
+    plain = tmp_path / "plain"
+    _write(str(plain), [7.0])
+    with commit.reading(str(plain)) as read:  # no record: read as it is, no pin
+        assert read == str(plain) and not [p for p in tmp_path.iterdir() if ".pin-" in p.name]

@@ -153,6 +153,41 @@ def test_a_network_returning_a_view_of_a_parameter_trains_and_scores(spark, data
 
 
 @pytest.mark.torch
+def test_a_fit_keeps_its_generation_while_another_job_commits_the_dataset(spark, dataset, tmp_path):
+    """Another job re-preprocesses the dataset mid-fit: the fit finishes on the rows it started with (it used to
+    die in validation, its generation deleted under it), and the next write removes that generation."""
+    from sparktrain.data.commit import Generation, read_record
+    from sparktrain.data.manifest import write_parquet
+    from sparktrain.train.estimator import TorchEstimator
+
+    root = str(tmp_path / "ds")
+    with Generation(root, "output.path") as gen:
+        for split in ("train", "validation", "test"):
+            write_parquet(spark.read.parquet(os.path.join(dataset, split)), f"{gen.uri}/{split}")
+    first = read_record(root)["path"]
+    commits = []
+
+    class OtherJob:  # commits a new generation of the dataset after the first epoch, as a second `run` does
+        def on_step(self, epoch, step, metrics):
+            pass
+
+        def on_epoch(self, epoch, metrics):
+            if epoch == 0:
+                with Generation(root, "output.path") as other:
+                    write_parquet(spark.range(5).selectExpr("CAST(id AS FLOAT) AS x1"), f"{other.uri}/train")
+                commits.append(read_record(root)["path"])
+
+    model = _estimator(TorchEstimator, tmp_path, epochs=3).setCallbacks([OtherJob()]).fit(root)
+    assert len(commits) == 1 and commits[0] != first
+    assert [h["epoch"] for h in model.history] == [0, 1, 2] and model.history[-1]["val_auc"] > 0.9
+    assert os.path.isdir(os.path.join(root, first))  # kept until the next write
+    assert not [n for n in os.listdir(tmp_path) if ".pin-" in n]  # the fit's pin is released
+    with Generation(root, "output.path"):
+        pass
+    assert first not in os.listdir(root)
+
+
+@pytest.mark.torch
 def test_worker_exception_reaches_driver_with_rank_and_traceback(spark, dataset, tmp_path, monkeypatch):
     from sparktrain.train.estimator import TorchEstimator
 

@@ -32,12 +32,18 @@ inside the final path, and commits by writing one small object last::
   its commit, the previous generation and what an earlier layout left at the
   top level (only in a folder that carried sparktrain's marker, checked by
   :func:`sparktrain.data.guard.check_replaceable`).
+* **Readers keep what they read.**  A job that reads a committed output for a
+  while (a fit, a search) does so inside :func:`reading`, which pins the
+  generation it resolved (:class:`sparktrain.data.lease.Pin`).  A commit keeps
+  a pinned generation, and the first write after its readers end removes it;
+  the record already names the new one, so new readers never see the old.
 
 Executor-safe: pyarrow only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
@@ -46,7 +52,7 @@ import posixpath
 import socket
 import uuid
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Type
 
 import pyarrow.fs as pafs
 
@@ -205,6 +211,7 @@ class Generation:
         self.overwrite = overwrite
         self.check_owner = check_owner
         self.fs, self.inner = _fs.resolve(self.path, filesystem)
+        self._filesystem = filesystem  # pins are found by path: none for a path inside a given filesystem
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
         self.id = f"{stamp}-{uuid.uuid4().hex[:8]}"
         self.name = f"{GEN_PREFIX}{self.id}"
@@ -265,15 +272,27 @@ class Generation:
         return sorted(n.rstrip("/") for n in ours)
 
     def clean_uncommitted(self) -> List[str]:
-        """Remove the ``_gen-`` folders that no commit record names; returns their names."""
-        keep = str(self._previous["path"]) if self._previous else None
+        """Remove the ``_gen-`` folders that no commit record names and no reader pins; returns their names."""
+        keep = {str(self._previous["path"])} if self._previous else set()
+        pinned = self._pinned()
         removed = []
         for e in self._entries():
-            if e.base_name.startswith(GEN_PREFIX) and e.base_name != keep and e.base_name != self.name:
-                log.info("removing '%s': a write that did not commit left it", _join(self.path, e.base_name))
-                _delete(self.fs, e.path)
-                removed.append(e.base_name)
+            if not e.base_name.startswith(GEN_PREFIX) or e.base_name in keep or e.base_name == self.name:
+                continue
+            if e.base_name in pinned:
+                log.info("keeping '%s': a job still reads it (host %s, pid %s)", _join(self.path, e.base_name),
+                         pinned[e.base_name].get("host", "?"), pinned[e.base_name].get("pid", "?"))
+                continue
+            log.info("removing '%s': no commit record names it and no job reads it", _join(self.path, e.base_name))
+            _delete(self.fs, e.path)
+            removed.append(e.base_name)
         return removed
+
+    def _pinned(self) -> Dict[str, Dict[str, Any]]:
+        """``{generation: reader}`` of the live pins on this output (:func:`sparktrain.data.lease.live_pins`)."""
+        from sparktrain.data.lease import live_pins
+
+        return live_pins(self.path) if self._filesystem is None else {}
 
     def commit(self, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """Write the commit record (the output is now this generation), then remove what it replaced."""
@@ -286,7 +305,14 @@ class Generation:
         self.committed = True
         log.info("committed %s: generation %s", self.path, self.id)
         if self._previous is not None and self._previous.get("path") != self.name:
-            _delete(self.fs, _join(self.inner, str(self._previous["path"])))
+            old = str(self._previous["path"])
+            readers = self._pinned().get(old)  # listed after the record: a reader pinning later sees the new one
+            if readers is None:
+                _delete(self.fs, _join(self.inner, old))
+            else:
+                log.warning("%s '%s': keeping the previous generation %s while a job reads it (host %s, pid %s); "
+                            "the next write after that job ends removes it", self.what, self.path, old,
+                            readers.get("host", "?"), readers.get("pid", "?"))
         for name in self._old_entries:
             _delete(self.fs, _join(self.inner, name))
         return record
@@ -321,10 +347,56 @@ def _earlier_layout_name(name: str) -> bool:
     return name in _EARLIER_LAYOUT or (name.startswith("part-") and not name.endswith("/"))
 
 
+@contextlib.contextmanager
+def reading(path: str, what: str = "dataset", generation: Optional[str] = None) -> Iterator[str]:
+    """Resolve ``path`` to its committed generation and keep that generation until the block ends.
+
+    A writer that commits a new generation meanwhile leaves this one in place
+    (module docstring), so a long job reads one generation from start to end.
+    A path without a commit record (an older layout, a generation's own path,
+    anyone's Parquet) is yielded as it is, unpinned.  ``generation``: the one to
+    read (e.g. the one this job's preprocess just committed), even when another
+    job committed since; :class:`~sparktrain.errors.DataError` if it is gone.
+
+    Examples
+    --------
+    >>> with reading("/data/ds") as ds:                # doctest: +SKIP
+    ...     train_on(ds + "/train")                   # /data/ds/_gen-<id>/train, whatever commits meanwhile
+    """
+    from sparktrain.data.lease import Pin
+
+    root = os.fspath(path).rstrip("/")
+    if generation:
+        with Pin(path, generation, what):
+            fs, inner = _fs.resolve(_join(root, generation, GEN_MARKER))
+            if fs.get_file_info(inner).type == pafs.FileType.NotFound:
+                raise DataError(f"{what} '{path}': generation {generation}, which this job wrote, is gone: another "
+                                f"job committed '{path}' and removed it before this job could pin it. Run this job "
+                                f"again (or give each job its own {what})")
+            yield _join(root, generation)
+        return
+    record = read_record(path)
+    for _ in range(5):
+        if record is None:
+            yield path
+            return
+        pin = Pin(path, str(record["path"]), what).acquire()
+        try:
+            again = read_record(path)  # a commit between the read and the pin: pin the new generation instead
+            if again is not None and again.get("path") == record.get("path"):
+                yield _join(root, str(record["path"]))
+                return
+        finally:
+            pin.release()
+        record = again
+    raise DataError(f"{what} '{path}' was committed again 5 times while this job tried to read it; retry when "
+                    f"its writers are done")
+
+
 def _write_record(fs: pafs.FileSystem, target: str, data: bytes) -> None:
     """The commit point (a seam for the crash tests)."""
     write_atomic(fs, target, data)
 
 
 __all__ = ["GEN_MARKER", "GEN_PREFIX", "Generation", "RECORD_FORMAT", "RECORD_NAME", "exists", "read_record",
-           "resolve", "write_atomic"]
+           "reading", "resolve", "write_atomic"]

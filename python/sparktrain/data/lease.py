@@ -29,6 +29,13 @@ inside the target, and a run that does not exist yet still does not)::
   Deleting the lease file by hand does the same at once.
 * **Release** at the end of the job (the ``with`` block, also on an error)
   deletes the file when it is still this job's.
+* **Pins.**  A job that reads a committed output (training and tuning read a
+  dataset for minutes or hours) pins the generation it reads with a
+  :class:`Pin`, ``<parent>/.<name>.pin-<token>.lease``: the same body plus
+  ``"generation"``, one file per reader, heartbeated the same way.  A writer
+  that commits a new generation keeps a pinned one until its readers end
+  (:func:`live_pins`; :class:`~sparktrain.data.commit.Generation`); a pin whose
+  heartbeat is stale, or whose process is gone, no longer counts and is removed.
 
 Executor-safe: pyarrow (and boto3 when present) only.
 """
@@ -276,6 +283,67 @@ class Lease:
         self.release()
 
 
+PIN_INFIX = ".pin-"
+
+
+def _pin_prefix(target: str) -> str:
+    """``<parent>/.<name>.pin-`` for ``target``."""
+    return lease_path(target)[:-len(LEASE_SUFFIX)] + PIN_INFIX
+
+
+class Pin(Lease):
+    """A reader's claim on ``generation`` of ``target``: writers keep that generation while this is held.
+
+    Shared, not exclusive: each reader has its own file (module docstring).
+    """
+
+    def __init__(self, target: str, generation: str, what: str = "dataset", *,
+                 heartbeat_s: Optional[float] = None, stale_after_s: Optional[float] = None) -> None:
+        super().__init__(target, what, heartbeat_s=heartbeat_s, stale_after_s=stale_after_s)
+        self.generation = generation
+        self.path = f"{_pin_prefix(self.target)}{self.token}{LEASE_SUFFIX}"
+        self.fs, self.inner = _fs.resolve(self.path)
+
+    def body(self) -> Dict[str, Any]:
+        return {**super().body(), "generation": self.generation}
+
+
+def live_pins(target: str) -> Dict[str, Dict[str, Any]]:
+    """``{generation: holder}`` of the live :class:`Pin` files of ``target``; stale or orphaned ones are deleted.
+
+    Never raises for the store: a listing it refuses counts as no pins (the writer then replaces as before).
+    """
+    prefix = _pin_prefix(os.fspath(target).rstrip("/"))
+    fs, inner = _fs.resolve(prefix)
+    folder, start = posixpath.split(inner)
+    try:
+        entries = fs.get_file_info(pafs.FileSelector(folder or ".", recursive=False))
+    except (FileNotFoundError, OSError) as exc:
+        log.debug("no pins listed for '%s': %s", _masked(target), exc)
+        return {}
+    live: Dict[str, Dict[str, Any]] = {}
+    for e in entries:
+        if not (e.base_name.startswith(start) and e.base_name.endswith(LEASE_SUFFIX)):
+            continue
+        try:
+            with fs.open_input_stream(e.path) as f:
+                body = json.loads(f.read())
+        except (OSError, ValueError):
+            continue  # being written, or gone meanwhile
+        if not isinstance(body, dict):
+            continue
+        beat, stale = body.get("heartbeat_at"), body.get("stale_after_s")
+        holder = body.get("holder") or {}
+        fresh = isinstance(beat, (int, float)) and isinstance(stale, (int, float)) and time.time() - beat <= stale
+        if fresh and not _gone(holder) and isinstance(body.get("generation"), str):
+            live.setdefault(body["generation"], holder)
+        else:
+            log.info("removing the stale pin '%s' (host %s, pid %s)", _masked(e.path), holder.get("host", "?"),
+                     holder.get("pid", "?"))
+            _delete_file(fs, e.path)
+    return live
+
+
 def claim(target: str, what: str = "output.path", *, heartbeat_s: Optional[float] = None,
           stale_after_s: Optional[float] = None) -> Lease:
     """A :class:`Lease` on ``target``, claimed on entering the ``with`` block.
@@ -365,4 +433,4 @@ def _s3_put_if_absent(uri: str, data: bytes) -> Optional[bool]:
     return True
 
 
-__all__ = ["HEARTBEAT_S", "LEASE_FORMAT", "Lease", "claim", "lease_path"]
+__all__ = ["HEARTBEAT_S", "LEASE_FORMAT", "Lease", "Pin", "claim", "lease_path", "live_pins"]

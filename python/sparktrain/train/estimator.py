@@ -256,7 +256,12 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         run_id = self.getRunId() if explicit else plan_mod.new_run_id()
         self._check_store(dataset)  # before the claim writes the run's lease: a file or read-only store is named
         with RunStore(self._store_uri(), run_id).claim():  # one job per run (sparktrain.data.lease)
-            return self._fit_claimed(dataset, run_id)
+            if not isinstance(dataset, str):
+                return self._fit_claimed(dataset, run_id)
+            from sparktrain.data.commit import reading
+
+            with reading(dataset) as generation:  # a dataset committed again meanwhile: this fit keeps its own
+                return self._fit_claimed(generation, run_id)
 
     def _fit_claimed(self, dataset: Any, run_id: str) -> _DistributedModel:
         t0 = time.perf_counter()
