@@ -89,6 +89,28 @@ def test_unwritable_sqlite_folder_fails_naming_the_uri(tmp_path):
     assert uri in str(err.value)
 
 
+def test_a_sqlite_store_that_is_not_a_database_is_named_before_any_work(tmp_path):
+    """Not a raw SQLAlchemy traceback from inside MLflow: the URI, what is wrong with the file, the fix."""
+    from mlflow import MlflowClient
+
+    from sparktrain.track.store import preflight
+
+    (tmp_path / "bad.db").write_text("not a database")
+    (tmp_path / "folder.db").mkdir()
+    for name, words in (("bad.db", "is not a SQLite database (it starts with b'not a da')"),
+                        ("folder.db", "is a folder, not a sqlite file")):
+        uri = f"sqlite:///{tmp_path / name}"
+        with pytest.raises(TrackingError) as err:
+            preflight(uri)
+        assert str(err.value).startswith(f"MLflow tracking store {uri}: {tmp_path / name} {words}. Fix: point "
+                                         f"tracking.uri (--tracking-uri, MLFLOW_TRACKING_URI) at"), str(err.value)
+    assert (tmp_path / "bad.db").read_text() == "not a database"  # left as it was
+    good = f"sqlite:///{tmp_path / 'good.db'}"
+    MlflowClient(good).search_experiments()  # a real MLflow store passes, and an empty file is a new database
+    (tmp_path / "empty.db").write_bytes(b"")
+    assert preflight(good) == good and preflight(f"sqlite:///{tmp_path / 'empty.db'}")
+
+
 def test_profile_job_on_sqlite(spark, flights_sample, tracking_uri, tmp_path):
     """The default backend: a parent run with params, tags and the config; a profile child run."""
     from mlflow import MlflowClient

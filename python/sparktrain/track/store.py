@@ -68,8 +68,10 @@ def preflight(uri: str, timeout: float = 5.0) -> str:
             reason = getattr(exc, "reason", exc)
             raise TrackingError(f"MLflow tracking server {mask_value(uri)} is unreachable ({reason}); {_FIX}") from exc
         return uri
-    if uri.startswith("sqlite:///"):
-        _writable_dir(Path(uri[len("sqlite:///"):]).parent, uri)
+    if uri.startswith("sqlite:///") and uri != "sqlite:///:memory:":
+        db = Path(uri[len("sqlite:///"):])
+        _writable_dir(db.parent, uri)
+        _sqlite_file(db, uri)
     elif uri.startswith("file:"):
         _writable_dir(Path(urllib.parse.urlparse(uri).path), uri)
     return uri
@@ -99,6 +101,30 @@ def _writable_dir(folder: Path, uri: str) -> None:
                             f"{_FIX}") from exc
     if not os.access(folder, os.W_OK):
         raise TrackingError(f"MLflow tracking store {mask_value(uri)}: folder {folder} is not writable; {_FIX}")
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _sqlite_file(db: Path, uri: str) -> None:
+    """A sqlite store's file, when it exists, must be a readable, writable SQLite database (MLflow makes a
+    missing one)."""
+    fix = ("Fix: point tracking.uri (--tracking-uri, MLFLOW_TRACKING_URI) at an MLflow sqlite file or a new path, "
+           "or move this one away")
+    if db.is_dir():
+        raise TrackingError(f"MLflow tracking store {mask_value(uri)}: {db} is a folder, not a sqlite file. {fix}")
+    if not db.exists():
+        return
+    try:
+        with open(db, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise TrackingError(f"MLflow tracking store {mask_value(uri)}: cannot read {db} ({exc}). {fix}") from exc
+    if head and head != _SQLITE_MAGIC:  # an empty file is a new database to sqlite
+        raise TrackingError(f"MLflow tracking store {mask_value(uri)}: {db} is not a SQLite database (it starts "
+                            f"with {head[:8]!r}). {fix}")
+    if not os.access(db, os.W_OK):
+        raise TrackingError(f"MLflow tracking store {mask_value(uri)}: {db} is not writable by this process. {fix}")
 
 
 def artifact_root(uri: str, artifact_location: Optional[str]) -> Optional[str]:
