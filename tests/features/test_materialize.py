@@ -107,6 +107,13 @@ def test_format_summary_lists_splits_and_columns(result):
     assert f"{result.row_counts['train']:,} rows" in text
     card = {c["name"]: c["cardinality"] for c in result.features["columns"] if c["dtype"] == "int32"}
     assert f"carrier={card['carrier']}" in text and "float32" in text and "rows/s" in text
+    # text and set features (array<int> ids) and float blocks are counted, not left out of the line
+    from dataclasses import replace
+    columns = [*result.features["columns"], {"name": "note", "dtype": "array<int>"},
+               {"name": "tags", "dtype": "array<int>"}, {"name": "emb", "dtype": "array<float>"}]
+    wider = format_summary(replace(result, features={**result.features, "columns": columns}))
+    assert (f"{len(result.features['float_columns'])} float32 + {len(result.features['int_columns'])} int32 "
+            f"columns + 1 array<float> column(s) + 2 array<int> column(s)\n") in wider
 
 
 def test_failure_after_staging_leaves_the_previous_dataset_untouched(spark, flights_sample, tmp_path):

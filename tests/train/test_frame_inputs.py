@@ -100,6 +100,10 @@ def test_named_inputs_leave_the_rest_out_and_the_log_says_so(spark, mixed, tmp_p
 
     assert describe(plan.inputs, plan.unused) == \
         "numeric [flag]; float blocks [features (2)]; not used: [id, amount, name]"
+    from dataclasses import replace  # a preprocessed dataset's text and set features are bags of ids: named too
+    with_bags = replace(plan.inputs, bags=(("note", 16, 1000, "mean"), ("tags", 4, 30, "sum")))
+    assert describe(with_bags) == ("numeric [flag]; float blocks [features (2)]; bags of ids [note (16 ids of "
+                                   "1000, mean), tags (4 ids of 30, sum)]")
 
 
 def test_bad_float_blocks_are_refused_naming_the_column(spark, mixed, tmp_path):

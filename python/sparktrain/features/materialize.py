@@ -355,8 +355,11 @@ def format_summary(result: PreprocessResult) -> str:
         files = len(result.manifests.get(s, {}).get("files", []))
         lines.append(f"  {s:<11} {n:>12,} rows ({n / total:6.1%}), {files} file(s)")
     if meta:
+        arrays = [c for c in meta["columns"] if str(c.get("dtype", "")).startswith("array<")]
+        shown = "".join(f" + {n} {t} column(s)" for t in ("array<float>", "array<int>")
+                        for n in [sum(c["dtype"] == t for c in arrays)] if n)
         lines.append(f"features      {len(meta['features'])} -> {len(meta['float_columns'])} float32 + "
-                     f"{len(meta['int_columns'])} int32 columns")
+                     f"{len(meta['int_columns'])} int32 columns{shown}")
         cats = [f"{c['name']}={c['cardinality']}" for c in meta["columns"] if c["dtype"] == "int32"]
         if cats:
             lines.append(f"  cardinality {', '.join(cats)}")

@@ -345,7 +345,8 @@ def check_values(row: Mapping[str, Any], numeric: Sequence[str], categorical: Se
 
 
 def describe(inputs: Any, unused: Sequence[str] = ()) -> str:
-    """The inputs by name for the log: ``numeric [a, b]; float blocks [features (12)]; categorical [c (5)]``."""
+    """The inputs by name for the log: ``numeric [a, b]; float blocks [features (12)]; categorical [c (5)];
+    bags of ids [note (16 ids of 1000, mean)]`` (text and set features)."""
     parts = []
     if inputs.numeric:
         parts.append(f"numeric [{', '.join(inputs.numeric)}]")
@@ -353,6 +354,9 @@ def describe(inputs: Any, unused: Sequence[str] = ()) -> str:
         parts.append(f"float blocks [{', '.join(f'{c} ({w})' for c, w in inputs.vectors)}]")
     if inputs.categorical:
         parts.append(f"categorical [{', '.join(f'{c} ({n})' for c, n in inputs.categorical)}]")
+    if getattr(inputs, "bags", ()):
+        bags = ", ".join(f"{c} ({n} ids of {rows}, {pool})" for c, n, rows, pool in inputs.bags)
+        parts.append(f"bags of ids [{bags}]")
     text = "; ".join(parts)
     if unused:
         text += f"; not used: [{', '.join(unused)}]"
