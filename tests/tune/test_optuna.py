@@ -217,7 +217,8 @@ def test_the_study_persists_in_the_store_and_a_rerun_continues_it(spark, tmp_pat
     journal = tmp_path / "store" / "_studies" / f"{first.study}.journal"
     assert journal.is_file() and first.study.startswith("optuna-test-")
 
-    # a trial left RUNNING by a search that died: the next search records it as failed
+    # a trial left RUNNING by a search that died: the next search records it as failed, and runs it again (it was
+    # cut off, not tried: it does not count against max_trials)
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
     optuna.load_study(study_name=first.study, storage=storage).ask()
 
@@ -226,20 +227,23 @@ def test_the_study_persists_in_the_store_and_a_rerun_continues_it(spark, tmp_pat
         second = run_search(spark, more, None, objective=objective)
     assert "trial 5 was left running by an earlier search" in caplog.text
     assert f"continuing Optuna study '{first.study}'" in caplog.text
-    assert second.study == first.study and second.previous_trials == 5
-    assert [t.number for t in second.trials] == [6, 7]  # numbering continues
+    assert "4 trials so far (4 complete, best loss = " in caplog.text and "; 1 cut off, run again); 3 more" \
+        in caplog.text
+    assert second.study == first.study and second.previous_trials == 4
+    assert [t.number for t in second.trials] == [6, 7, 8]  # numbering continues
     study = optuna.load_study(study_name=first.study, storage=storage)
     states = [t.state.name for t in study.get_trials()]
-    assert states == ["COMPLETE"] * 4 + ["FAIL"] + ["COMPLETE"] * 2
+    assert states == ["COMPLETE"] * 4 + ["FAIL"] + ["COMPLETE"] * 3
     values = sorted(t.value for t in study.get_trials() if t.value is not None)
     assert values == sorted([t.metric for t in first.trials] + [t.metric for t in second.trials])
     assert json.loads(study.trials[5].user_attrs["train_params"]) == {
         "learning_rate": second.trials[0].params["learning_rate"]}
-    assert "study " + first.study + " (continued: 5 earlier trials)" in format_trials(second)
+    assert "study " + first.study + " (continued: 4 earlier trials)" in format_trials(second)
 
     with pytest.raises(ConfigError) as info:  # nothing left to run: say so
         run_search(spark, more, None, objective=objective)
-    assert info.value.path == "tune.max_trials" and "already holds 7 trials" in info.value.fix
+    assert info.value.path == "tune.max_trials" and "already holds 1 cut off by an interrupt or a killed search, " \
+        "which do not count, and 7 finished, pruned or failed trials; raise tune.max_trials" in info.value.fix
     # another search (another space) is another study
     other = _cfg(tmp_path, {"max_trials": 2, "metric": "loss", "space": {"learning_rate": {"uniform": [1e-3, 1e-2]}}})
     assert run_search(spark, other, None, objective=objective).study != first.study

@@ -338,6 +338,12 @@ def test_an_interrupted_search_stops_its_running_trials_before_it_raises(spark, 
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               "tags.sparktrain.trial != ''")
     assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"]
+    # the same command again continues the study and runs the whole budget: the interrupted trials were cut
+    # off, not tried (before, they counted against max_trials, and the rerun ran 2 trials, or none)
+    again = run_search(spark, cfg, None, objective=lambda params: params["learning_rate"], tracking_uri=uri)
+    assert again.previous_trials == 0 and [t.number for t in again.trials] == [3, 4, 5, 6]
+    assert [t.state.name for t in optuna.load_study(study_name="interrupted", storage=journal).trials] == \
+        ["FAIL", "FAIL"] + ["COMPLETE"] * 4
 
 
 def test_early_stopping_after_k_trials_without_improvement(spark, tmp_path):
@@ -413,3 +419,35 @@ def test_keras_single_mode_trials(spark, dataset, tmp_path):
     assert all(0 < t.metric < math.log(2) for t in result.trials)
     assert isinstance(result.best_model, KerasModel)
     assert 0.9 < result.test_metrics["test_auc"] <= 1.0
+
+
+def test_a_continued_study_ends_the_mlflow_runs_a_killed_search_left_running(spark, tmp_path):
+    """kill -9 leaves the search's MLflow runs RUNNING; the next search of the study (which holds its lease, so no
+    live search has them) ends them KILLED with why, and leaves every other run as it was."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = _cfg(tmp_path, tune={"max_trials": 2, "engine": "optuna", "sampler": "random", "study": "killed",
+                               "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    first = run_search(spark, cfg, None, objective=lambda p: p["learning_rate"], tracking_uri=uri)
+    client = MlflowClient(uri)
+    exp = client.get_run(first.parent_run_id).info.experiment_id
+    # what a killed `sparktrain run` leaves: its job run, its tune run (tagged with the study) and a trial, RUNNING
+    job = client.create_run(exp, run_name="killed-job", tags={"sparktrain.kind": "job"}).info.run_id
+    tune = client.create_run(exp, run_name="killed-tune", tags={"mlflow.parentRunId": job, "sparktrain.kind": "stage",
+                                                                "sparktrain.study": "killed"}).info.run_id
+    trial = client.create_run(exp, run_name="trial-003", tags={"mlflow.parentRunId": tune, "sparktrain.kind": "trial",
+                                                               "sparktrain.study": "killed"}).info.run_id
+    other = client.create_run(exp, run_name="another-study", tags={"sparktrain.study": "other"}).info.run_id
+    more = _cfg(tmp_path, tune={"max_trials": 4, "engine": "optuna", "sampler": "random", "study": "killed",
+                                "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    second = run_search(spark, more, None, objective=lambda p: p["learning_rate"], tracking_uri=uri)
+    for run_id in (job, tune, trial):
+        run = client.get_run(run_id)
+        assert run.info.status == "KILLED" and run.info.end_time is not None
+        assert "ended without closing it (the process was killed)" in run.data.tags["sparktrain.error"]
+    assert client.get_run(other).info.status == "RUNNING"  # another study's run: not this search's to end
+    assert client.get_run(first.parent_run_id).info.status == "FINISHED"
+    finished = [client.get_run(t.run_id) for t in second.trials]
+    assert [r.info.status for r in finished] == ["FINISHED", "FINISHED"]
+    assert {r.data.tags["sparktrain.study"] for r in finished} == {"killed"}

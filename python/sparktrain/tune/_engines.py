@@ -39,6 +39,19 @@ log = logging.getLogger(__name__)
 STORE_RUN_ATTR = "store_run"
 
 
+#: the error a trial that a Ctrl-C stopped ends with (:mod:`sparktrain.tune._loop`)
+INTERRUPTED = "interrupted:"
+
+
+def _cut_off(trial: Any) -> bool:
+    """A FAIL trial that did not fail on its own: stopped by an interrupt, or left RUNNING by a killed search
+    (no error recorded).  It does not count against ``tune.max_trials``: a rerun runs its budget again."""
+    from optuna.trial import TrialState
+
+    error = str(trial.user_attrs.get("error") or "")
+    return trial.state == TrialState.FAIL and (not error or error.startswith(INTERRUPTED))
+
+
 class Engine:
     """What the search loop asks of an engine (see the module docstring)."""
 
@@ -496,18 +509,22 @@ class OptunaEngine(Engine):
 
         self._close_stale()
         trials = self.study.get_trials(deepcopy=False)
-        self.previous = len(trials)
+        cut = [t for t in trials if _cut_off(t)]
+        self.previous = len(trials) - len(cut)  # what an interrupt or a dead driver cut off is run again
+        kept = f"{len(cut)} cut off by an interrupt or a killed search, which do not count, and " if cut else ""
         if self.previous >= tune.max_trials:
             raise ConfigError("tune.max_trials", tune.max_trials,
-                              f"study '{self.study_name}' ({self.where}) already holds {self.previous} trials; "
-                              "raise tune.max_trials to run more, or name a new study with tune.study")
+                              f"study '{self.study_name}' ({self.where}) already holds {kept}{self.previous} "
+                              f"finished, pruned or failed trials; raise tune.max_trials to run more, or name a new "
+                              f"study with tune.study")
         self.prunes = tune.pruner != "none"
-        if self.previous:
+        if trials:
             done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
             best = self.study.best_value if done else None
-            log.info("continuing Optuna study '%s' (%s): %d trials so far (%d complete%s); %d more to run",
+            log.info("continuing Optuna study '%s' (%s): %d trials so far (%d complete%s%s); %d more to run",
                      self.study_name, self.where, self.previous, len(done),
-                     "" if best is None else f", best {tune.metric} = {best:.5g}", tune.max_trials - self.previous)
+                     "" if best is None else f", best {tune.metric} = {best:.5g}",
+                     f"; {len(cut)} cut off, run again" if cut else "", tune.max_trials - self.previous)
         else:
             log.info("new Optuna study '%s' in %s", self.study_name, self.where)
 
@@ -520,7 +537,8 @@ class OptunaEngine(Engine):
         return len(storage.get_all_trials(study_id, deepcopy=False))
 
     def _close_stale(self) -> None:
-        """Trials left RUNNING by a search that died are told FAIL (their process is gone)."""
+        """Trials left RUNNING by a search that died are told FAIL (their process is gone); they have no error
+        of their own, so :func:`_cut_off` does not count them against ``max_trials``."""
         from optuna.trial import TrialState
 
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -559,9 +577,10 @@ class OptunaEngine(Engine):
         trial = self.study.ask()
         try:
             params = self.space.suggest(trial)
-        except BaseException:
+        except BaseException as exc:
             from optuna.trial import TrialState
 
+            trial.set_user_attr("error", f"the space could not be sampled: {type(exc).__name__}: {exc}"[:1000])
             self.study.tell(trial, state=TrialState.FAIL)
             raise
         trial.set_user_attr("train_params", json.dumps(params, default=list))

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
 from sparktrain.tune._channel import Watch
-from sparktrain.tune._engines import Engine, HyperoptEngine
+from sparktrain.tune._engines import INTERRUPTED, Engine, HyperoptEngine
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
 from sparktrain.tune.space import CompiledSpace
 
@@ -230,7 +230,7 @@ class SearchLoop:
         """Trials the interrupt stopped: KILLED to the engine (a study keeps no RUNNING trial) and the tracker."""
         for trial in trials:
             record = TrialRecord(number=trial.number, params=trial.params, status=KILLED, metric=None, metrics={},
-                                 error="interrupted: the search was stopped (Ctrl-C)",
+                                 error=f"{INTERRUPTED} the search was stopped (Ctrl-C)",
                                  seconds=time.time() - trial.started, objective_seconds=None, job_group=trial.group,
                                  history=(), traceback=None, epochs=0, end_s=time.time() - self.started)
             try:

@@ -31,6 +31,8 @@ _MAX_TAG = 5000
 #: MLflow has no PRUNED run status: a pruned trial's run ends KILLED (stopped before its last epoch, by the
 #: search) and carries ``sparktrain.status = PRUNED``
 MLFLOW_STATUS = {PRUNED: "KILLED"}
+#: the Optuna study a search's runs belong to (its run and its trials)
+STUDY_TAG = "sparktrain.study"
 
 
 class TrialTracker(Listener):
@@ -60,6 +62,7 @@ class TrialTracker(Listener):
         else:  # children live in their parent's experiment
             self.experiment_id = self.client.get_run(parent_run_id).info.experiment_id
         self.parent_run_id: str = parent_run_id
+        self.study: Optional[str] = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparktrain-mlflow")
         self._runs: Dict[int, Future] = {}
         self._pending: List[Future] = []
@@ -84,7 +87,7 @@ class TrialTracker(Listener):
         run = self.client.create_run(
             self.experiment_id, start_time=int(start_time * 1000), run_name=f"trial-{number:03d}",
             tags={PARENT_TAG: self.parent_run_id, KIND_TAG: "trial", "sparktrain.trial": str(number),
-                  "sparktrain.job_group": group})
+                  "sparktrain.job_group": group, **({STUDY_TAG: self.study} if self.study else {})})
         self.client.log_batch(run.info.run_id, params=[Param(k, _param_text(v)) for k, v in sorted(params.items())])
         return run.info.run_id
 
@@ -113,6 +116,39 @@ class TrialTracker(Listener):
         if record.traceback:
             self.client.log_text(run_id, record.traceback, "error.txt")
         self.client.set_terminated(run_id, status=MLFLOW_STATUS.get(record.status, record.status), end_time=now)
+
+    # ---- a continued study ------------------------------------------------------------------------------------
+    def adopt_study(self, study: str) -> List[str]:
+        """Tag this search's runs with ``study`` and end the runs a killed search of it left RUNNING.
+
+        Called once this search holds the study's lease, so no other live search runs it: a RUNNING run tagged
+        with the study (a trial, the search's run, and that run's RUNNING parent, the killed job's) belongs to a
+        search whose process is gone.  They end KILLED, tagged with why.  Returns their run ids.
+        """
+        from sparktrain.track.tracker import KIND_TAG, PARENT_TAG
+
+        self.study = study
+        self.client.set_tag(self.parent_run_id, STUDY_TAG, study)
+        stale = self.client.search_runs([self.experiment_id], f"tags.`{STUDY_TAG}` = '{study}' and "
+                                                              f"attributes.status = 'RUNNING'", max_results=1000)
+        ended: List[str] = []
+        why = f"its search of study '{study}' ended without closing it (the process was killed); a later search " \
+              f"continued the study"
+        for run in stale:
+            ids = [run.info.run_id]
+            parent = run.data.tags.get(PARENT_TAG)
+            if parent and run.data.tags.get(KIND_TAG) != "trial":  # the killed search's own run: its job's too
+                ids.append(parent)
+            for run_id in ids:
+                if run_id in (self.parent_run_id, *ended) or self.client.get_run(run_id).info.status != "RUNNING":
+                    continue
+                self.client.set_tag(run_id, "sparktrain.error", why)
+                self.client.set_terminated(run_id, status="KILLED")
+                ended.append(run_id)
+        if ended:
+            log.warning("study '%s': ended %d MLflow run(s) a killed search left RUNNING (KILLED): %s", study,
+                        len(ended), ", ".join(ended))
+        return ended
 
     # ---- after the search ------------------------------------------------------------------------------------
     def run_ids(self) -> Dict[int, str]:

@@ -143,6 +143,11 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
             from sparktrain.tune._tracking import TrialTracker
 
             tracker = TrialTracker(cfg, tracking_uri=tracking_uri, parent_run_id=parent_run_id)
+            if getattr(engine, "study_name", None):
+                try:  # runs a killed search of this study left RUNNING: it holds the study's lease now
+                    tracker.adopt_study(engine.study_name)
+                except Exception as exc:  # noqa: BLE001 - housekeeping must not stop the search
+                    log.warning("could not end the MLflow runs an earlier search left running: %s", exc)
         runner, concurrency = _make_runner(spark, cfg, dataset_path, objective, prefix)
         made["runner"] = runner
         to_run = tune.max_trials - engine.previous
@@ -173,7 +178,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
             earlier = study_best(engine, records, store) if records and {r.status for r in records} == {PRUNED} \
                 else None
             if earlier is None or earlier.model is None:
-                raise TuneError(_all_failed_message(records, earlier))
+                raise TuneError(_all_failed_message(records, earlier, cfg.name))
             log.warning("every trial of this search (%d) was pruned: none came near the study's best, trial %d "
                         "(%s = %.5g) from an earlier search, whose model is in the store at %s; it stays the "
                         "search's result", len(records), earlier.number, tune.metric, earlier.metric,
@@ -407,13 +412,16 @@ def _with_run_ids(records, tracker) -> list:
     return [replace(r, run_id=ids.get(r.number)) for r in records]
 
 
-def _all_failed_message(records, earlier: Any = None) -> str:
+def _all_failed_message(records, earlier: Any = None, cfg_name: str = "job") -> str:
     if not records:
         return "the search ran no trials (max_trials = 0?)"
     if {r.status for r in records} == {PRUNED}:
+        from sparktrain.tune._keep import retrain_hint
+
         stands = "" if earlier is None else (
             f"; the study's best, trial {earlier.number} ({earlier.metric:.5g}) of an earlier search, has no model "
-            f"in the store ({earlier.run_dir or 'no run folder recorded'}), so there is no model to return")
+            f"in the store ({earlier.run_dir or 'no run folder recorded'}), so there is no model to return (train "
+            f"its params with `{retrain_hint(cfg_name, earlier.params)}`)")
         return (f"every trial of this search was pruned ({len(records)} trials), so none trained to the end{stands}; "
                 "raise tune.max_trials, widen tune.space, or set tune.pruner: none (or a later "
                 "tune.pruner_min_epochs)")
