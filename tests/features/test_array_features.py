@@ -97,18 +97,31 @@ def _accuracy(spark, dataset, raw_dir, est):
     model = PipelineModel(stages=[*PipelineModel.load(dataset.pipeline_model).stages, net])
     raw = spark.read.parquet(str(raw_dir))
     scored = model.transform(raw)
-    return scored.selectExpr("avg(CAST(prediction = label AS DOUBLE))").first()[0]
+    return scored.selectExpr("avg(CAST(prediction = label AS DOUBLE))").first()[0], net
 
 
 @pytest.mark.slow
 @pytest.mark.torch
-def test_torch_learns_from_every_new_type_and_scores_the_raw_frame(spark, dataset, raw_dir, tmp_path):
+def test_torch_learns_from_every_new_type_and_scores_the_raw_frame(spark, dataset, raw_dir, tmp_path, caplog,
+                                                                   restore_mlflow_uri):
+    import mlflow
+    from mlflow.models import Model
+
+    from sparktrain.serve.pyfunc import log_pyfunc_model
     from sparktrain.train.estimator import TorchEstimator
 
     est = TorchEstimator(labelCol="label", numWorkers=1, epochs=12, batchSize=64, learningRate=0.01,
                          store=str(tmp_path / "store"))
-    acc = _accuracy(spark, dataset, raw_dir, est)
+    acc, net = _accuracy(spark, dataset, raw_dir, est)
     assert acc > 0.93, acc  # without any one of the four signals the best is ~0.81
+    # logged to MLflow: no input example (MLflow would predict it outside Spark, which text features refuse)
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run = mlflow.MlflowClient().create_run(mlflow.MlflowClient().create_experiment("arrays")).info.run_id
+    example = spark.read.parquet(str(raw_dir)).limit(3).toPandas()
+    with caplog.at_level("INFO", logger="sparktrain.serve.pyfunc"):
+        info = log_pyfunc_model(net, dataset.path, run, input_example=example)
+    assert "without an input example: a feature of it is applied by Spark only" in caplog.text
+    assert Model.load(info.model_uri).saved_input_example_info is None and info.signature is not None
 
 
 @pytest.mark.slow
@@ -118,5 +131,5 @@ def test_keras_learns_from_every_new_type_and_scores_the_raw_frame(spark, datase
 
     est = KerasEstimator(labelCol="label", numWorkers=1, epochs=12, batchSize=64, learningRate=0.01,
                          store=str(tmp_path / "store"))
-    acc = _accuracy(spark, dataset, raw_dir, est)
+    acc, _ = _accuracy(spark, dataset, raw_dir, est)
     assert acc > 0.93, acc

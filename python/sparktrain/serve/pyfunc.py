@@ -257,6 +257,13 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
     from sparktrain.data.commit import resolve
 
     meta = json.loads(_fs.read_bytes(_fs.join(resolve(dataset_root), "features.json"), "features.json"))
+    from sparktrain.serve.local import needs_spark
+
+    if input_example is not None and needs_spark(meta):
+        # MLflow checks an input example by predicting it outside Spark, which such a model refuses ("Got error"
+        # in every log): the signature alone records the raw columns
+        log.info("logging the model without an input example: a feature of it is applied by Spark only")
+        input_example = None
     entry = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_model_code.py")
     with tempfile.TemporaryDirectory(prefix="sparktrain-model-") as tmp:
         artifacts = write_bundle(model, dataset_root, os.path.join(tmp, "bundle"))
