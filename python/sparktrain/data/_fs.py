@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -183,3 +184,42 @@ def copy_to_local(path: str, local: str) -> None:
 def display(path: str) -> str:
     """``path`` as a record shows it: a URI unchanged, a local path absolute."""
     return path if "://" in path else os.path.abspath(path)
+
+
+def write_atomic(fs: pafs.FileSystem, target: str, data: bytes) -> None:
+    """Write one small object so that readers see the old or the new content, never a part.
+
+    Local: a new temporary file (``O_EXCL``), fsynced, renamed over ``target``
+    (a file rename), then the folder fsynced.  Elsewhere: one ``PUT``.
+    """
+    if isinstance(fs, pafs.LocalFileSystem):
+        folder = os.path.dirname(target)
+        tmp = os.path.join(folder, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(folder)
+        return
+    with fs.open_output_stream(target) as out:
+        out.write(data)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -57,6 +57,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Type
 import pyarrow.fs as pafs
 
 from sparktrain.data import _fs, guard
+from sparktrain.data._fs import write_atomic
 from sparktrain.errors import DataError, DatasetExistsError
 
 log = logging.getLogger(__name__)
@@ -115,45 +116,6 @@ def exists(path: str, filesystem: Optional[pafs.FileSystem] = None) -> bool:
     """Whether ``path``'s committed content (see :func:`resolve`) exists."""
     fs, inner = _fs.resolve(resolve(path, filesystem), filesystem)
     return fs.get_file_info(inner).type != pafs.FileType.NotFound
-
-
-def write_atomic(fs: pafs.FileSystem, target: str, data: bytes) -> None:
-    """Write one small object so that readers see the old or the new content, never a part.
-
-    Local: a new temporary file (``O_EXCL``), fsynced, renamed over ``target``
-    (a file rename), then the folder fsynced.  Elsewhere: one ``PUT``.
-    """
-    if isinstance(fs, pafs.LocalFileSystem):
-        folder = os.path.dirname(target)
-        tmp = os.path.join(folder, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(folder)
-        return
-    with fs.open_output_stream(target) as out:
-        out.write(data)
-
-
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _delete(fs: pafs.FileSystem, inner: str) -> None:

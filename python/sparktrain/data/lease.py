@@ -246,9 +246,7 @@ class Lease:
             self.lost = True
             self._stop.set()
             return False
-        from sparktrain.data.commit import write_atomic
-
-        write_atomic(self.fs, self.inner, json.dumps(self.body()).encode())
+        _fs.write_atomic(self.fs, self.inner, json.dumps(self.body()).encode())
         return True
 
     def release(self) -> None:
