@@ -229,11 +229,14 @@ def test_a_progress_channel_cut_mid_fit_is_no_stall(spark, small, tmp_path, monk
         def _maybe_cut(self, event):
             if self.cut_at is None and event.get("type") == "step" and event.get("epoch") == 1:
                 self.cut_at = event["step"]
-                threading.Thread(target=self.drop_connections, args=(7.0,), daemon=True).start()
+                threading.Thread(target=self.drop_connections, args=(9.0,), daemon=True).start()
 
     monkeypatch.setattr(launcher, "ProgressServer", CutServer)
+    # stallTimeout 8 s, cut 9 s: excused up to 16 s, which leaves room for the last heartbeat before the cut and
+    # the reconnect backoff; with 5 s, a loaded machine's slow epoch end (rank 1 waiting in a collective on rank 0's
+    # validation) was taken for a stall now and then
     est = TorchEstimator(numWorkers=2, epochs=4, batchSize=8, labelCol="label", store=str(tmp_path / "store"),
-                         stallTimeout=5.0, logEverySteps=20)
+                         stallTimeout=8.0, logEverySteps=20)
     est.show_progress = False
     with caplog.at_level("WARNING", logger="sparktrain.train.watchdog"):
         model = est.fit(small)
