@@ -273,6 +273,9 @@ class TrainingStalledError(TrainingError):
         run = info.get("run")
         resume = (f"fit again with runId={run!r} to resume run {run} from its last checkpoint" if run
                   else "the run resumes from its last checkpoint with the same runId")
+        if run and re.fullmatch(r"tune-[0-9a-f]{8}-t\d+", str(run)):  # a search's trial (tune._training)
+            resume = (f"this is a trial of a search ({run}): the search records it FAILED and goes on with its next "
+                      f"trial; its last checkpoint stays in the store")
         phase = info.get("phase") or "start"
         what = "sent nothing (frozen or lost)" if info.get("silent") else \
             f"was stuck in {_PHASES.get(phase, phase)}"

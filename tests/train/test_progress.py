@@ -354,6 +354,10 @@ def test_a_silent_rank_is_blamed_only_after_asking_spark():
         from sparktrain.errors import TrainingStalledError
 
         assert "Spark reports its task still running" in str(TrainingStalledError(info, 10.0))
+        assert "fit again with runId='r1' to resume run r1" in str(TrainingStalledError({**info, "run": "r1"}, 10.0))
+        trial = str(TrainingStalledError({**info, "run": "tune-0a1b2c3d-t004"}, 10.0))  # no fit to run again
+        assert trial.endswith("this is a trial of a search (tune-0a1b2c3d-t004): the search records it FAILED and "
+                              "goes on with its next trial; its last checkpoint stays in the store")
     finally:
         dog.close()
 
