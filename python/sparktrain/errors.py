@@ -256,6 +256,11 @@ class RunMismatchError(ConfigError):
                                           f"the same data and params to resume it")
 
 
+#: A search trial's run id (``tune-<8 hex>`` from :func:`sparktrain.tune.search.run_search`, then
+#: :meth:`sparktrain.tune._training._TrainingPlan.run_id`'s ``-t<number>``).
+TRIAL_RUN_ID = re.compile(r"tune-[0-9a-f]{8}-t\d{3,}")
+
+
 #: What a rank's heartbeat phase means, in a stall's message (a store phase names the write and the store itself).
 _PHASES = {"start": "start-up", "data": "reading its next batch", "compute": "a step's computation",
            "collective": "a collective, waiting for its peers"}
@@ -273,7 +278,7 @@ class TrainingStalledError(TrainingError):
         run = info.get("run")
         resume = (f"fit again with runId={run!r} to resume run {run} from its last checkpoint" if run
                   else "the run resumes from its last checkpoint with the same runId")
-        if run and re.fullmatch(r"tune-[0-9a-f]{8}-t\d+", str(run)):  # a search's trial (tune._training)
+        if run and TRIAL_RUN_ID.fullmatch(str(run)):  # a search's trial: nobody fits it again by its id
             resume = (f"this is a trial of a search ({run}): the search records it FAILED and goes on with its next "
                       f"trial; its last checkpoint stays in the store")
         phase = info.get("phase") or "start"

@@ -339,14 +339,11 @@ def score_command(model_uri: str, input_path: Optional[str], output_path: str, f
                   options: Optional[Dict[str, str]] = None, table: Optional[str] = None,
                   query: Optional[str] = None) -> int:
     """``sparktrain score``: score raw rows (a file or folder, a table or a query) with a registered model."""
-    from sparktrain.serve.scoring import check_request, score_path
+    from sparktrain.serve.scoring import score_path
 
-    # the arguments, --output and the registry first: a wrong name or store is told before Spark starts (~10 s)
-    check_request(model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri, options=options,
-                  table=table, query=query)
-    spark = get_or_create_session(master)
-    n = score_path(spark, model_uri, input_path, output_path, fmt=fmt, tracking_uri=tracking_uri,
-                   options=options, table=table, query=query)
+    # Spark starts once the arguments, --output and the registry are checked: a wrong name or store costs no ~10 s
+    n = score_path(lambda: get_or_create_session(master), model_uri, input_path, output_path, fmt=fmt,
+                   tracking_uri=tracking_uri, options=options, table=table, query=query)
     print(f"scored {n:,} rows with {model_uri} -> {output_path} (committed generation; read it with "
           f"spark.read.parquet(*sparktrain.data.committed_files({output_path!r})))")
     return 0

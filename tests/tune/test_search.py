@@ -103,6 +103,8 @@ def test_single_mode_parallel_trials_register_best_and_log_run_tree(spark, datas
     model = result.best_model
     assert isinstance(model, TorchModel)
     assert model.run_id.endswith(f"-t{best.number:03d}")
+    from sparktrain.errors import TRIAL_RUN_ID
+    assert TRIAL_RUN_ID.fullmatch(model.run_id)  # how a stall's advice tells a trial from a fit
     assert _network_spec(model)["hidden_units"] == list(best.params["hidden_units"])
     assert model.history[-1]["val_loss"] == pytest.approx(best.metric)
     scored = model.transform(spark.read.parquet(os.path.join(dataset, "validation")))

@@ -47,19 +47,6 @@ from sparktrain.features._sql import quote
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CLASSES = 1000
-#: An integer label with more classes than this, under ``task`` auto, is warned about: it may be a quantity.
-MANY_INTEGER_CLASSES = 20
-
-
-def warn_many_integer_classes(column: str, classes: int, low: Any, high: Any) -> None:
-    """Warn (``UserWarning``, which a notebook shows) that an integer label becomes a ``classes``-way classifier
-    under ``task`` auto: a count, a price in cents or a rounded measurement is a regression target."""
-    if classes <= MANY_INTEGER_CLASSES:
-        return
-    warnings.warn(f"integer label column '{column}' has {classes:,} classes (values {low} to {high}), so task auto "
-                  f"trains a {classes:,}-way classifier. If it is a quantity (a count, an amount, a rounded "
-                  f"measurement), set task='regression' (config: train.task: regression); set task='multiclass' "
-                  f"to keep the classes and silence this warning", UserWarning, stacklevel=2)
 TASKS = ("binary", "multiclass", "regression")
 _INTEGER = ("tinyint", "smallint", "int", "bigint")
 _FLOAT = ("float", "double", "decimal")
@@ -111,6 +98,21 @@ def max_classes_of(cfg: Any) -> int:
     """``train.max_classes`` (the most classes a label may have), 1000 when the config does not say."""
     value = getattr(cfg.train, "max_classes", None) if cfg.train is not None else None
     return int(value) if value is not None else DEFAULT_MAX_CLASSES
+
+
+#: An integer label with more classes than this, under ``task`` auto, is warned about: it may be a quantity.
+MANY_INTEGER_CLASSES = 20
+
+
+def warn_many_integer_classes(column: str, classes: int, low: Any, high: Any) -> None:
+    """Warn (``UserWarning``, which a notebook shows) that an integer label becomes a ``classes``-way classifier
+    under ``task`` auto: a count, a price in cents or a rounded measurement is a regression target."""
+    if classes <= MANY_INTEGER_CLASSES:
+        return
+    warnings.warn(f"integer label column '{column}' has {classes:,} classes (values {low} to {high}), so task auto "
+                  f"trains a {classes:,}-way classifier. If it is a quantity (a count, an amount, a rounded "
+                  f"measurement), set task='regression' (config: train.task: regression); set task='multiclass' "
+                  f"to keep the classes and silence this warning", UserWarning, stacklevel=2)
 
 
 def label_kind(column: str, spark_type: str) -> str:

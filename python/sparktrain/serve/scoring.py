@@ -275,7 +275,10 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
 
     Parameters
     ----------
-    spark : SparkSession
+    spark : SparkSession or callable
+        The session, or a function that returns one, called once the
+        arguments, ``output_path`` and the model are checked (``sparktrain
+        score`` starts Spark only then: a refused request costs no Spark start).
     model_uri : str
         ``models:/NAME@champion``, ``models:/NAME/3``, ``runs:/...`` or a path.
     input_path : str or None
@@ -323,18 +326,19 @@ def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_pat
     from sparktrain.data.lease import claim
 
     raw_uri = _check_arguments(model_uri, input_path, output_path, fmt, tracking_uri, options, table, query)
-    check_spark_path(spark, output_path, "--output", "the scoring output")  # Spark writes it: not after scoring
     with claim(output_path, "--output"):
         pinned = _check_registered(model_uri, raw_uri, given_by=_uri_source(tracking_uri))
-        return _score_claimed(spark, model_uri, pinned, input_path, output_path, fmt, options, table, query)
+        session = spark if hasattr(spark, "read") else spark()  # a factory: Spark starts once all that is checked
+        check_spark_path(session, output_path, "--output", "the scoring output")  # Spark writes it: before scoring
+        return _score_claimed(session, model_uri, pinned, input_path, output_path, fmt, options, table, query)
 
 
 def check_request(model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
                   tracking_uri: Optional[str] = None, options: Optional[Dict[str, str]] = None,
                   table: Optional[str] = None, query: Optional[str] = None) -> str:
     """What :func:`score_path` checks before it needs Spark: the arguments, ``output_path`` (new, empty or an
-    earlier scored output, apart from the input and the MLflow store), then the model in the registry.
-    ``sparktrain score`` runs it before it starts Spark.  Configures MLflow for the tracking URI and returns the
+    earlier scored output, apart from the input and the MLflow store), then the model in the registry, without
+    Spark or any write (no lease).  Configures MLflow for the tracking URI and returns the
     model URI pinned to the version it names now (:func:`~sparktrain.track.registry.pin_model_uri`).
 
     Raises

@@ -354,7 +354,7 @@ def describe(inputs: Any, unused: Sequence[str] = ()) -> str:
         parts.append(f"float blocks [{', '.join(f'{c} ({w})' for c, w in inputs.vectors)}]")
     if inputs.categorical:
         parts.append(f"categorical [{', '.join(f'{c} ({n})' for c, n in inputs.categorical)}]")
-    if getattr(inputs, "bags", ()):
+    if inputs.bags:
         bags = ", ".join(f"{c} ({n} ids of {rows}, {pool})" for c, n, rows, pool in inputs.bags)
         parts.append(f"bags of ids [{bags}]")
     text = "; ".join(parts)

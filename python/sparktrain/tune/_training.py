@@ -101,7 +101,8 @@ class _TrainingPlan:
         return spec
 
     def run_id(self, number: int) -> str:
-        """Trial ``number``'s run id (its folder in the store)."""
+        """Trial ``number``'s run id (its folder in the store); a search's match
+        :data:`sparktrain.errors.TRIAL_RUN_ID`, by which a stall's advice tells a trial from a fit."""
         return f"{self.prefix}-t{number:03d}"
 
     def watch(self, number: int, params: Dict[str, Any]) -> Watch:
