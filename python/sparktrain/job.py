@@ -100,6 +100,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         from sparktrain.data.guard import check_job_paths
         # outputs sparktrain may not replace, overlaps: before any Spark work
         check_job_paths(cfg, wanted, embedded=EMBEDDED)
+    if "tune" in wanted:
+        _check_tune_budget(cfg, preprocessed="preprocess" in wanted)
     tracker = None
     if cfg.tracking.enabled:
         from sparktrain.track.tracker import JobTracker
@@ -254,6 +256,25 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
 def _stage(tracker: Any, name: str):
     """The tracker's stage run, or a no-op context yielding ``None`` when tracking is off."""
     return tracker.stage(name) if tracker is not None else contextlib.nullcontext(None)
+
+
+def _check_tune_budget(cfg: JobConfig, preprocessed: bool) -> None:
+    """A tune stage whose stored study has run its ``max_trials`` is refused before Spark and the MLflow runs.
+
+    The study's name covers the dataset's generation, so a job that
+    preprocesses first starts a new study, unless ``tune.study`` names one.
+    """
+    if preprocessed and not (cfg.tune is not None and cfg.tune.study):
+        return
+    from sparktrain.data.commit import resolve
+    from sparktrain.errors import DataError
+    from sparktrain.tune._engines import check_budget
+
+    try:
+        dataset = resolve(cfg.output.path)
+    except DataError:  # the tune stage reports an unreadable dataset itself
+        return
+    check_budget(cfg, dataset, tracking_uri=cfg.tracking.uri if cfg.tracking.enabled else None)
 
 
 def _dataset_root(preprocess: Any, cfg: JobConfig) -> str:

@@ -140,6 +140,8 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
     if not remote:
         from sparktrain.jvm import enable_lineage
         enable_lineage(spark)
+        from sparktrain._internal.interrupts import cancel_off_the_main_thread
+        cancel_off_the_main_thread(spark.sparkContext)
     return spark
 
 

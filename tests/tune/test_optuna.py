@@ -444,3 +444,42 @@ def test_a_study_that_cannot_be_kept_is_refused_before_the_job_runs_any_stage(tm
     assert info.value.path == "tune.storage" and "alembic_version" in info.value.fix
     hyperopt = dict(raw, tune=dict(raw["tune"], engine="hyperopt"))  # keeps no study: nothing to refuse
     assert check_search(parse_config(hyperopt))[1] == "min"
+
+
+def test_a_spent_study_is_refused_before_spark_and_before_any_mlflow_run(tmp_path):
+    """``sparktrain tune`` on a study that already ran its max_trials: refused in run_job's preflight, naming the
+    study and the fix; no MLflow store or run is made, and the study is unchanged (no lease, no new trial)."""
+    import optuna
+
+    from sparktrain.job import run_job
+    from sparktrain.tune._engines import check_budget
+
+    def cfg(max_trials):
+        return parse_config({
+            "name": "optuna-test", "data": {"label": "label"}, "output": {"path": str(tmp_path / "ds")},
+            "train": {"epochs": 2, "store": str(tmp_path / "store")},
+            "tune": {"engine": "optuna", "study": "mine", "max_trials": max_trials, "metric": "loss",
+                     "space": {"dropout": {"uniform": [0.0, 0.5]}}},
+            "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "artifact_location": str(tmp_path / "art")},
+        })
+
+    check_budget(cfg(2), str(tmp_path / "ds"))  # no study yet: nothing to refuse, and nothing is made
+    assert not (tmp_path / "store").exists()
+
+    journal = tmp_path / "store" / "_studies" / "mine.journal"
+    journal.parent.mkdir(parents=True)
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    study = optuna.create_study(study_name="mine", storage=storage)
+    for value in (0.3, 0.2):
+        study.tell(study.ask(), value)
+    study.ask()  # left RUNNING by a killed search: the search runs it again, so it does not count
+    check_budget(cfg(3), str(tmp_path / "ds"))  # 2 of 3 spent: one left
+    size = journal.stat().st_size
+
+    with pytest.raises(ConfigError) as info:
+        run_job(cfg(2), stages=("tune",))
+    assert info.value.path == "tune.max_trials" and info.value.value == 2
+    assert f"study 'mine' ({journal}) already holds 1 cut off by an interrupt or a killed search, which do not " \
+           "count, and 2 finished, pruned or failed trials; raise tune.max_trials" in info.value.fix
+    assert not (tmp_path / "mlflow.db").exists()  # the tracker was never made: no empty FAILED runs
+    assert journal.stat().st_size == size  # the study is untouched (no lease, the running trial left as it was)

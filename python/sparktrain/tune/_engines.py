@@ -395,6 +395,52 @@ def check_storage(cfg: JobConfig, tracking_uri: Optional[str] = None) -> None:
                               "(a journal file under train.store)")
 
 
+def _budget_spent(tune: TuneConfig, name: str, where: str, counted: int, cut: int) -> ConfigError:
+    """The refusal of a search whose study already holds ``tune.max_trials`` trials that count."""
+    kept = f"{cut} cut off by an interrupt or a killed search, which do not count, and " if cut else ""
+    return ConfigError("tune.max_trials", tune.max_trials,
+                       f"study '{name}' ({where}) already holds {kept}{counted} finished, pruned or failed trials; "
+                       f"raise tune.max_trials to run more, or name a new study with tune.study")
+
+
+def check_budget(cfg: JobConfig, dataset_path: Optional[str], tracking_uri: Optional[str] = None) -> None:
+    """Refuse a search whose stored study has no trials left to run, before Spark starts and any MLflow run exists.
+
+    Reads the study only where it already exists (a journal file that is
+    there, a database that holds the study); takes no lease and changes
+    nothing.  A study it cannot read is left to the search itself, which
+    reports it.  Trials still RUNNING count as cut off, as the search will.
+
+    Raises
+    ------
+    ConfigError
+        On ``tune.max_trials``, as :class:`OptunaEngine` would after Spark started.
+    """
+    tune: Optional[TuneConfig] = cfg.tune
+    if tune is None or tune.engine != "optuna":
+        return
+    from optuna.trial import TrialState
+
+    name = study_name(cfg, dataset_path)
+    url = tune.storage
+    if url is None or "://" not in url or url.startswith("file://"):
+        journal = os.path.join(os.path.abspath(_local_store(cfg)), STUDIES_DIR, f"{name}.journal") if url is None \
+            else os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
+        if not os.path.isfile(journal):
+            return
+    try:
+        storage, where = study_storage(cfg, name, tracking_uri)
+        trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - no study yet, or one the search will report on itself
+        log.debug("tune budget preflight skipped for study '%s': %s", name, exc)
+        return
+    cut = sum(1 for t in trials if t.state == TrialState.RUNNING or _cut_off(t))
+    if len(trials) - cut >= tune.max_trials:
+        raise _budget_spent(tune, name, mask_value(where), len(trials) - cut, cut)
+
+
 def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None) -> Tuple[Any, str]:
     """``(Optuna storage, where it is)`` for study ``name``.
 
@@ -511,12 +557,8 @@ class OptunaEngine(Engine):
         trials = self.study.get_trials(deepcopy=False)
         cut = [t for t in trials if _cut_off(t)]
         self.previous = len(trials) - len(cut)  # what an interrupt or a dead driver cut off is run again
-        kept = f"{len(cut)} cut off by an interrupt or a killed search, which do not count, and " if cut else ""
         if self.previous >= tune.max_trials:
-            raise ConfigError("tune.max_trials", tune.max_trials,
-                              f"study '{self.study_name}' ({self.where}) already holds {kept}{self.previous} "
-                              f"finished, pruned or failed trials; raise tune.max_trials to run more, or name a new "
-                              f"study with tune.study")
+            raise _budget_spent(tune, self.study_name, self.where, self.previous, len(cut))
         self.prunes = tune.pruner != "none"
         if trials:
             done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -639,6 +681,6 @@ def make_engine(space: CompiledSpace, cfg: JobConfig, goal: str, seed: int, data
     return HyperoptEngine(space, goal, algo=tune.effective_sampler, seed=seed, options=tune.sampler_options)
 
 
-__all__ = ["Engine", "HyperoptEngine", "OptunaEngine", "check_pruning", "check_sampler", "make_engine",
+__all__ = ["Engine", "HyperoptEngine", "OptunaEngine", "check_budget", "check_pruning", "check_sampler", "make_engine",
            "sampler_options", "startup_trials",
            "max_epochs", "min_trials", "study_name", "study_storage", "STUDIES_DIR", "STORE_RUN_ATTR"]
