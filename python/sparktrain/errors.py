@@ -168,16 +168,28 @@ class TrainingError(SparktrainError, RuntimeError):
         The full traceback formatted on the worker.
     """
 
+    #: the run whose checkpoints a fit with ``runId`` resumes from (set by :meth:`name_run`)
+    run_id: Optional[str] = None
+
     def __init__(self, message: str, rank: Optional[int] = None, host: Optional[str] = None,
                  remote_traceback: str = "") -> None:
         self.rank = rank
         self.host = host
         self.remote_traceback = remote_traceback
         where = f" on rank {rank} (host {host})" if rank is not None else ""
-        text = f"training failed{where}: {message}"
-        if remote_traceback:
-            text += "\n--- worker traceback ---\n" + remote_traceback.rstrip()
-        super().__init__(text)
+        self._text = f"training failed{where}: {message}"
+        self._tail = "\n--- worker traceback ---\n" + remote_traceback.rstrip() if remote_traceback else ""
+        super().__init__(self._text + self._tail)
+
+    def name_run(self, run_id: str) -> "TrainingError":
+        """Record the failed fit's run and, unless the message says it already, how to resume it (before the
+        worker traceback).  A search trial's run (:data:`TRIAL_RUN_ID`) gets the attribute only."""
+        self.run_id = run_id
+        if f"runId={run_id!r}" not in self._text and not TRIAL_RUN_ID.fullmatch(run_id):
+            self._text += (f". Run {run_id} keeps its checkpoints in the store: once the cause is fixed, fit again "
+                           f"with runId={run_id!r} to resume it from the last one")
+            self.args = (self._text + self._tail,)
+        return self
 
 
 class TrackingError(SparktrainError, RuntimeError):

@@ -172,3 +172,59 @@ def test_a_few_integer_classes_and_parquet_labels_warn_only_when_many(spark, tmp
     texts = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
     assert (spec.task, spec.num_classes) == ("multiclass", 40)
     assert texts == [t for t in texts if "'y' has 40 classes (values 0 to 39)" in t] and len(texts) == 1
+
+
+# ---------------------------------------------------------------- a float label of class indices
+
+
+@pytest.mark.parametrize("expr, task, warns", [
+    ("CAST(id % 3 AS DOUBLE)", None, True),  # 0.0, 1.0, 2.0: StringIndexer's output without its metadata
+    ("CAST(id % 3 AS DOUBLE)", "regression", False),  # the user said so
+    ("CAST(id % 3 AS DOUBLE) + 0.5", None, False),  # fractional: a measurement
+    ("CAST(id % 3 AS DOUBLE) + 1", None, False),  # 1..3: not indices from 0
+    ("CAST(id % 40 AS DOUBLE)", None, False),  # 40 values: more like a quantity
+])
+def test_a_float_label_of_whole_numbers_from_0_warns_that_auto_trains_a_regression(spark, expr, task, warns):
+    """Probe D: a StringIndexer output (double 0..K-1) trained as a regression under auto with no word on it."""
+    import warnings
+
+    from sparktrain.features.label import decide_label
+
+    df = spark.sql(f"SELECT {expr} AS y FROM range({ROWS})")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        decision = decide_label(df, "y", "double", task)
+    texts = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    assert decision.encoding.task == "regression"
+    if warns:
+        assert texts == ["float label column 'y' holds only the whole numbers 0 to 2, so task auto trains a "
+                         "regression on them. If they are class indices (a StringIndexer output, as Spark ML "
+                         "classifiers read such a column), set task='multiclass' (config: train.task: multiclass); "
+                         "set task='regression' to keep the regression and silence this warning"]
+    else:
+        assert texts == []
+
+
+def test_a_label_with_spark_ml_nominal_metadata_is_classes_under_auto(spark):
+    """StringIndexer's output carries a nominal attribute: fit(df) reads it as Spark ML classifiers do (3 values:
+    multiclass; Binarizer's binary attribute: binary); a plain double column is left to the value rule."""
+    from pyspark.ml.feature import Binarizer, StringIndexer
+    from pyspark.sql import functions as F
+
+    from sparktrain.train.plan import dataframe_label, nominal_classes
+
+    df = spark.range(ROWS).select(F.element_at(F.array(*[F.lit(c) for c in CLASSES]),
+                                               (F.col("id") % 3 + 1).cast("int")).alias("grade"),
+                                  (F.col("id") / ROWS).alias("score"))
+    indexed = StringIndexer(inputCol="grade", outputCol="grade_idx").fit(df).transform(df)
+    indexed = Binarizer(threshold=0.5, inputCol="score", outputCol="passed").transform(indexed)
+    assert nominal_classes(indexed, "grade_idx") == 3 and nominal_classes(indexed, "passed") == 2
+    assert nominal_classes(indexed, "score") is None
+    multi = dataframe_label(indexed, "grade_idx")
+    assert multi.encoding.task == "multiclass" and multi.encoding.entry["vocabulary"] == [0.0, 1.0, 2.0]
+    assert dataframe_label(indexed, "passed").encoding.task == "binary"
+    assert dataframe_label(indexed, "grade_idx", task="regression").encoding.task == "regression"  # the user's say
+    plain = indexed.select((F.col("grade_idx") + 0).alias("y"))  # arithmetic drops the metadata: the value rule
+    assert nominal_classes(plain, "y") is None
+    with pytest.warns(UserWarning, match="'y' holds only the whole numbers 0 to 2, so task auto trains a regression"):
+        assert dataframe_label(plain, "y").encoding.task == "regression"

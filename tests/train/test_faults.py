@@ -108,6 +108,11 @@ def test_a_rank_whose_python_worker_died_is_named_not_its_peers_echo(spark, smal
     assert "the Python worker of rank 1 died" in text and "exited unexpectedly" in text
     assert "use local[N,F] locally" in text  # the hint
     assert "Rank 0's error is only the echo of it" in text and "by peer" in text
+    # the run to resume, in the message and on the error (probe D: the user had to guess among the store's runs)
+    runs = [p.name for p in (tmp_path / "store").iterdir() if p.is_dir() and not p.name.startswith(("_", "."))]
+    assert runs == [err.run_id], (runs, err.run_id)
+    assert f"Run {err.run_id} keeps its checkpoints in the store: once the cause is fixed, fit again with " \
+           f"runId='{err.run_id}' to resume it from the last one" in text
 
 
 def _keras_children():

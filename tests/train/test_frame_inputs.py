@@ -122,11 +122,15 @@ def test_bad_float_blocks_are_refused_naming_the_column(spark, mixed, tmp_path):
     with pytest.raises(DataError, match=r"column 'arr' has NaN, infinite or null values in 1 of 1,600 row\(s\)"):
         est.fit(with_nan)
     null_element = mixed.withColumn("arr", F.expr("IF(id = 9, array(CAST(NULL AS DOUBLE), 1.0), array(0.5, 1.0))"))
-    with pytest.raises(DataError, match=r"column 'arr' has NaN, infinite or null values in 1 of 1,600 row\(s\)"):
+    with pytest.raises(DataError, match=r"column 'arr' has NaN, infinite or null values in 1 of 1,600 row\(s\)") \
+            as info:
         est.fit(null_element)
+    assert "VectorAssembler(handleInvalid='skip')), or set handleInvalid='skip' on the estimator (those rows are " \
+           "left out), or leave it out with excludeCols=['arr']" in str(info.value)
     with_null = mixed.withColumn("arr", F.expr("IF(id = 7, NULL, array(0.5, 1.0))"))
-    with pytest.raises(DataError, match=r"column 'arr' is null in 1 of 1,600 row\(s\)"):
+    with pytest.raises(DataError, match=r"column 'arr' is null in 1 of 1,600 row\(s\)") as info:
         est.fit(with_null)
+    assert "or set handleInvalid='skip' on the estimator (those rows are left out)" in str(info.value)  # probe D
     store = tmp_path / "store"
     assert not store.exists() or not any(store.iterdir())  # nothing written for any of them
 

@@ -121,3 +121,33 @@ def test_the_pipeline_in_cross_validator_and_train_validation_split(spark, accou
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert json.loads(line[0][len("RESULT "):]) == pytest.approx(here, abs=1e-7)
+
+
+@pytest.mark.torch
+def test_a_string_indexed_label_with_three_classes_trains_a_classifier(spark, tmp_path):
+    """The docs' recipe for evaluators: StringIndexer on a 3-class string label, then the estimator on the index.
+    Probe D: under task auto the double index trained a regression (accuracy 0.0 with the multiclass evaluator);
+    its nominal metadata now makes it a 3-class classifier, as for Spark ML's own classifiers."""
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+    from pyspark.ml.feature import StringIndexer
+    from pyspark.sql import functions as F
+
+    df = spark.range(3000).select(F.randn(5).alias("tenure"), F.randn(6).alias("spend"))
+    df = df.withColumn("region", F.when(F.col("tenure") > 0.5, "gold").when(F.col("spend") > 0, "silver")
+                       .otherwise("bronze"))
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import VectorAssembler
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    est = TorchEstimator(featuresCol="features", labelCol="grade_idx", numWorkers=2, epochs=5, batchSize=128,
+                         learningRate=0.02, store=str(tmp_path / "store"))
+    est.show_progress = False
+    fitted = Pipeline(stages=[StringIndexer(inputCol="region", outputCol="grade_idx"),
+                              VectorAssembler(inputCols=["tenure", "spend"], outputCol="features"), est]).fit(df)
+    net = fitted.stages[-1]
+    assert net.inputs.task == "multiclass" and tuple(net.inputs.classes) == (0.0, 1.0, 2.0)
+    scored = fitted.transform(df)
+    assert {r[0] for r in scored.select("prediction").distinct().collect()} <= {0.0, 1.0, 2.0}
+    accuracy = MulticlassClassificationEvaluator(labelCol="grade_idx", metricName="accuracy").evaluate(scored)
+    assert accuracy > 0.85, accuracy

@@ -81,6 +81,7 @@ class LabelSummary:
     nan: int = 0
     inf: int = 0
     stats: Dict[str, Optional[float]] = field(default_factory=dict)
+    whole: bool = False  # a float label whose finite values are all whole numbers (class indices?)
 
 
 def _where(column: str) -> str:
@@ -113,6 +114,20 @@ def warn_many_integer_classes(column: str, classes: int, low: Any, high: Any) ->
                   f"trains a {classes:,}-way classifier. If it is a quantity (a count, an amount, a rounded "
                   f"measurement), set task='regression' (config: train.task: regression); set task='multiclass' "
                   f"to keep the classes and silence this warning", UserWarning, stacklevel=2)
+
+
+def warn_class_indices(summary: LabelSummary) -> None:
+    """Warn (``UserWarning``) that a float label holding only the whole numbers 0..K-1 (K from 3 to
+    :data:`MANY_INTEGER_CLASSES`) trains a regression under ``task`` auto: Spark ML classifiers read such a
+    column (a StringIndexer output, say) as class indices."""
+    low, high = summary.stats.get("min"), summary.stats.get("max")
+    if not summary.whole or low != 0 or high is None or not 2 <= high < MANY_INTEGER_CLASSES:
+        return
+    warnings.warn(f"float label column '{summary.column}' holds only the whole numbers 0 to {high:.0f}, so task "
+                  f"auto trains a regression on them. If they are class indices (a StringIndexer output, as Spark "
+                  f"ML classifiers read such a column), set task='multiclass' (config: train.task: multiclass); "
+                  f"set task='regression' to keep the regression and silence this warning", UserWarning,
+                  stacklevel=2)
 
 
 def label_kind(column: str, spark_type: str) -> str:
@@ -167,10 +182,12 @@ def summarize_label(df: Any, column: str, source_dtype: str, task: Optional[str]
     finite = f"IF(abs({v}) < CAST('Infinity' AS DOUBLE), {v}, NULL)"
     row = df.selectExpr("count(1) AS rows", f"count({c}) AS n", f"count_if(isnan({v})) AS nan",
                         f"count_if(abs({v}) = CAST('Infinity' AS DOUBLE)) AS inf", f"avg({finite}) AS mean",
-                        f"stddev_samp({finite}) AS std", f"min({finite}) AS min", f"max({finite}) AS max").first()
+                        f"stddev_samp({finite}) AS std", f"min({finite}) AS min", f"max({finite}) AS max",
+                        f"count_if({finite} <> floor({finite})) AS fractional").first()
     stats = {k: (float(row[k]) if row[k] is not None else None) for k in ("mean", "std", "min", "max")}
     return LabelSummary(column, source_dtype, kind, rows=int(row["rows"]), nulls=int(row["rows"]) - int(row["n"]),
-                        nan=int(row["nan"]), inf=int(row["inf"]), stats=stats)
+                        nan=int(row["nan"]), inf=int(row["inf"]), stats=stats,
+                        whole=kind == "float" and int(row["fractional"] or 0) == 0 and stats["max"] is not None)
 
 
 def check_label(summary: LabelSummary, drop_null_labels: bool = True,
@@ -268,6 +285,8 @@ def encode_label(summary: LabelSummary, task: Optional[str] = None) -> LabelEnco
             labels = [t for _, t, _ in summary.classes]
         entry.update(vocabulary=vocabulary, num_classes=k, class_counts=counts)
     final = task or inferred
+    if task is None and summary.classes is None:
+        warn_class_indices(summary)
     if task is None and summary.kind == "integer" and summary.classes:
         warn_many_integer_classes(summary.column, len(summary.classes), summary.classes[0][0],
                                   summary.classes[-1][0])
@@ -337,4 +356,4 @@ def _finite(x: Optional[float]) -> Optional[float]:
 
 __all__ = ["DEFAULT_MAX_CLASSES", "MANY_INTEGER_CLASSES", "LabelDecision", "LabelEncoding", "LabelSummary",
            "check_label", "class_kind", "decide_label", "encode_label", "label_kind", "max_classes_of",
-           "summarize_label", "task_override", "warn_many_integer_classes"]
+           "summarize_label", "task_override", "warn_class_indices", "warn_many_integer_classes"]

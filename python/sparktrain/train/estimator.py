@@ -278,7 +278,11 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                  plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new", plan.run_id,
                  plan.inputs.task, describe_inputs(plan.inputs, plan.unused))
         planned = time.perf_counter() - t0
-        result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
+        try:
+            result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
+        except TrainingError as exc:  # the run to resume, in the message and on the error
+            exc.name_run(plan.run_id)
+            raise
         result.plan_s = planned
         self.last_launch = result
         _check_finite(result.history, plan.run_id, self.getLearningRate())

@@ -268,6 +268,7 @@ def check_blocks(row: Mapping[str, Any], vectors: Sequence[str], rows: int,
         if handle_invalid != "error":  # null, empty and NaN rows are left out: only the lengths must agree
             sizes, nulls, invalid = [n for n in sizes if n], 0, 0
         fix_out = f"or leave it out with excludeCols=['{c}']"
+        skip = "or set handleInvalid='skip' on the estimator (those rows are left out)"
         if len(sizes) > 1:
             seen = ", ".join(map(str, sizes[:5])) + (", ..." if len(sizes) > 5 else "")
             raise DataError(f"column '{c}' holds rows of different lengths ({seen}); a float block needs one "
@@ -275,14 +276,15 @@ def check_blocks(row: Mapping[str, Any], vectors: Sequence[str], rows: int,
                             f"concat with array_repeat), assemble fixed-size vectors (VectorAssembler), {fix_out}")
         if nulls:
             raise DataError(f"column '{c}' is null in {nulls:,} of {rows:,} row(s); a float block needs values in "
-                            f"every row. Fix: fill or filter them in Spark (df.na.drop(subset=['{c}'])), {fix_out}")
+                            f"every row. Fix: fill or filter them in Spark (df.na.drop(subset=['{c}'])), {skip}, "
+                            f"{fix_out}")
         if not sizes or sizes[0] == 0:
             raise DataError(f"column '{c}' holds empty vectors; a float block needs at least one value. "
                             f"Fix: {fix_out[3:]}")
         if invalid:
             raise DataError(f"column '{c}' has NaN, infinite or null values in {invalid:,} of {rows:,} row(s); a "
                             f"network cannot learn from them. Fix: impute or filter them in Spark (Imputer before "
-                            f"VectorAssembler, or VectorAssembler(handleInvalid='skip')), {fix_out}")
+                            f"VectorAssembler, or VectorAssembler(handleInvalid='skip')), {skip}, {fix_out}")
         widths[c] = int(sizes[0])
     return widths
 

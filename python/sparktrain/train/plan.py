@@ -222,11 +222,36 @@ def dataframe_label(df: Any, label: str, task: str = "auto") -> LabelDecision:
     trained on with the same errors as preprocess, and decides the encoding
     (a string label is indexed; its classes become ``InputSpec.classes``).
     Rows with a null label are dropped, as preprocess does by default.
+    Under ``task`` auto, a label that Spark ML metadata declares nominal (a
+    StringIndexer output: :func:`nominal_classes`) is classes, as every Spark
+    ML classifier reads it: binary for 2, multiclass for more.
     """
     from sparktrain.features.label import decide_label
 
     dtype = check_label(df, label)
-    return decide_label(df, label, dtype, task=None if task == "auto" else task, drop_null_labels=True)
+    chosen = None if task == "auto" else task
+    declared = nominal_classes(df, label) if chosen is None else None
+    if declared is not None:
+        chosen = "binary" if declared == 2 else "multiclass"
+        log.info("label '%s' is nominal in its Spark ML metadata (%d values, e.g. from StringIndexer): task %s",
+                 label, declared, chosen)
+    return decide_label(df, label, dtype, task=chosen, drop_null_labels=True)
+
+
+def nominal_classes(df: Any, label: str) -> Optional[int]:
+    """How many classes the label column's Spark ML attribute (``ml_attr`` metadata) declares, else None.
+
+    StringIndexer writes a ``nominal`` attribute (its ``vals`` or
+    ``num_vals`` count the classes), Binarizer a ``binary`` one.
+    """
+    field = df.schema[label]
+    attr = (getattr(field, "metadata", None) or {}).get("ml_attr") or {}
+    if attr.get("type") == "binary":
+        return 2
+    if attr.get("type") != "nominal":
+        return None
+    count = len(attr["vals"]) if attr.get("vals") else attr.get("num_vals")
+    return int(count) if count else None
 
 
 def label_meta(decision: LabelDecision) -> Dict[str, Any]:
