@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 import textwrap
 from typing import Dict, List, Optional, Sequence
 
 from sparktrain import __version__
-from sparktrain.errors import SparktrainError
+from sparktrain.errors import TRIAL_RUN_ID, SparktrainError, TrainingError
 
 log = logging.getLogger("sparktrain")
 
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train on an already materialized dataset (output.path)",
                        description="Train the train: section's model in a Spark barrier stage.")
     _add_job_args(p)
+    p.add_argument("--resume", metavar="RUN_ID", default=None,
+                   help="resume a failed or stopped training run from its last checkpoint in train.store (the "
+                        "run id its error printed); the same config, overrides and dataset")
     p = sub.add_parser("tune", help="search hyperparameters with Hyperopt or Optuna (needs a tune: section)",
                        description="Run the tune: section's search: single-task trials "
                                    "(mode: single) or distributed trials (mode: distributed); with "
@@ -187,7 +191,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         "train": ["train"],
         "tune": ["tune"],
     }[args.command]
-    job.run_job(cfg, stages=stages, master=args.master)
+    try:
+        job.run_job(cfg, stages=stages, master=args.master, resume=getattr(args, "resume", None))
+    except TrainingError as exc:  # how to resume it from the command line
+        if exc.run_id and args.command in ("run", "train") and not TRIAL_RUN_ID.fullmatch(exc.run_id):
+            sets = "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
+            exc.args = (f"{exc.args[0] if exc.args else exc}\nresume: sparktrain train "
+                        f"{shlex.quote(args.config)}{sets} --resume {exc.run_id}",)
+        raise
     return 0
 
 

@@ -63,7 +63,7 @@ def stage_available(stage: str) -> bool:
 
 
 def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "train", "tune"),
-            master: Optional[str] = None, spark=None) -> JobResult:
+            master: Optional[str] = None, spark=None, resume: Optional[str] = None) -> JobResult:
     """Run ``stages`` of ``cfg`` and print a short report of each.
 
     With ``tracking.enabled`` (the default) the job is an MLflow parent run and
@@ -81,8 +81,16 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         Overrides ``cfg.spark.master``.
     spark : SparkSession, optional
         Use this session instead of getting or creating one.
+    resume : str, optional
+        A training run in ``train.store`` to resume from its last checkpoint
+        (``sparktrain train --resume``): the train stage fits with that
+        ``runId`` (same dataset and params, or :class:`RunMismatchError`).
+        Only with the ``train`` stage alone; a run the store lacks is refused
+        before Spark starts.
     """
     check_scale(cfg.data)
+    if resume is not None:
+        check_resume(cfg, stages, resume)
     result = JobResult()
     wanted = [s for s in stages if _defined(cfg, s)]
     missing = [s for s in wanted if not stage_available(s)]
@@ -152,8 +160,10 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
             with _stage(tracker, "train") as run:
                 t0 = time.perf_counter()
                 callback = run.callback() if run is not None else None
+                if resume is not None and run is not None:
+                    run.set_tags({"sparktrain.resumed_run": resume})
                 result.train = train_stage(spark, cfg, dataset, callbacks=[callback] if callback else [],
-                                           run_id=run.run_id if run is not None else None)
+                                           run_id=resume or (run.run_id if run is not None else None))
                 result.seconds["train"] = time.perf_counter() - t0
                 from sparktrain.track.bundle import save_bundle
 
@@ -258,6 +268,33 @@ def _stage(tracker: Any, name: str):
     return tracker.stage(name) if tracker is not None else contextlib.nullcontext(None)
 
 
+def check_resume(cfg: JobConfig, stages: Sequence[str], run_id: str) -> None:
+    """Refuse ``--resume RUN`` unless the job trains and nothing else, and ``train.store`` holds that run.
+
+    Raises
+    ------
+    ConfigError
+        On ``--resume``: with stages other than ``train`` (a new preprocess is
+        other data, which the run refuses), without a ``train:`` section, or
+        for a run the store does not hold (the runs it holds are listed).
+    """
+    if list(stages) != ["train"] or cfg.train is None:
+        raise ConfigError("--resume", run_id, "resume a training run with `sparktrain train CONFIG --resume RUN` "
+                                              "(the train stage alone, on the dataset the run was trained on)")
+    from sparktrain.data.run_store import RunStore
+
+    run = RunStore(cfg.train.store, run_id)
+    if not run.is_recorded():
+        try:
+            held = sorted(n for n in run.store.listdir("") if not n.startswith(("_", ".")))
+        except Exception:  # noqa: BLE001 - a store that does not exist yet holds no run
+            held = []
+        listed = ", ".join(held[-10:]) if held else "(none)"
+        raise ConfigError("--resume", run_id, f"train.store {mask_value(cfg.train.store)} holds no run "
+                                              f"'{run_id}' (its runs: {listed}); pass the run id the failed "
+                                              f"job printed, with the same train.store")
+
+
 def _check_tune_budget(cfg: JobConfig, preprocessed: bool) -> None:
     """A tune stage whose stored study has run its ``max_trials`` is refused before Spark and the MLflow runs.
 
@@ -330,6 +367,7 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
 
         check_spark_reads(spark, [test_path], "output.path", "the dataset's test split (evaluated with Spark after "
                                                              "training; nothing was trained)")
+    _check_features_json(dataset_path)
     model = est.fit(dataset_path)
     test, baseline = {}, {}
     if has_test:
@@ -340,6 +378,20 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
              f", classes {list(model.inputs.classes)[:10]}" if model.inputs.classes else "")
     return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
                        seconds=time.perf_counter() - t0, baseline_model=baseline_name(model.inputs.task))
+
+
+def _check_features_json(dataset_path: str) -> None:
+    """Refuse, before training, a dataset with no ``features.json``: the model the job saves and registers
+    scores raw rows through it (the fitted features).  Raw Parquet trains with the Python API instead."""
+    from sparktrain.errors import DataError
+    from sparktrain.train.inputs import FEATURES_JSON, read_features_json
+
+    if read_features_json(dataset_path) is None:
+        raise DataError(f"output.path '{mask_value(dataset_path)}' has no {FEATURES_JSON}: the job trains on a "
+                        f"dataset `sparktrain preprocess` wrote (its splits, {FEATURES_JSON} and fitted pipeline, "
+                        f"which the saved model scores raw rows with). Run `sparktrain preprocess CONFIG` (or "
+                        f"`sparktrain run CONFIG`) first; to train on your own Parquet, use the Python API "
+                        f"(TorchEstimator(...).fit(path)). Nothing was trained")
 
 
 def _print(text: str) -> None:

@@ -250,3 +250,69 @@ def test_a_progress_channel_cut_mid_fit_is_no_stall(spark, small, tmp_path, monk
     assert sorted(server.epochs_seen) == list(range(4))  # every epoch event arrived, the ones sent in the cut too
     assert server.accepted_connections >= 4  # both ranks came back
     assert "Spark reports its task running" in caplog.text  # silent ranks were checked, not blamed
+
+
+@pytest.mark.torch
+def test_the_cli_prints_how_to_resume_a_failed_training_and_resume_continues_that_run(spark, small, tmp_path,
+                                                                                       monkeypatch, capsys, caplog):
+    """`sparktrain train` whose rank dies: the error ends with the command that resumes it (the Python API's
+    runId advice is no use from a shell); `--resume RUN` fits that run again, in the same store folder. A run the
+    store lacks, or --resume with another stage, is refused before Spark, naming the run and the store's runs."""
+    import logging
+    import re
+
+    import yaml
+
+    from sparktrain.cli import main
+
+    store, raw, dataset = tmp_path / "store", tmp_path / "raw", tmp_path / "dataset"
+    spark.read.parquet(f"{small}/train").write.parquet(str(raw))
+    conf = tmp_path / "job.yaml"
+    conf.write_text(yaml.safe_dump({
+        "name": "resume-cli", "data": {"source": str(raw), "label": "label"},
+        "features": [{"name": "x", "type": "numeric"}], "output": {"path": str(dataset)},
+        "train": {"epochs": 2, "batch_size": 64, "num_workers": 2, "store": str(store), "compare_baseline": False},
+        "tracking": {"enabled": False}}))
+    assert main(["train", str(conf)]) == 1  # nothing preprocessed yet: refused, nothing trained
+    first = capsys.readouterr().err
+    assert "error: " in first and str(dataset) in first and not store.exists(), first[-1500:]
+    assert main(["preprocess", str(conf)]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("SPARKTRAIN_FAULT_INJECT", "1:0:3:exit")  # rank 1's Python worker dies before step 4
+    assert main(["train", str(conf), "--set", "train.learning_rate=0.01"]) == 1
+    err = capsys.readouterr().err
+    found = re.search(r"resume: sparktrain train (\S+) --set train.learning_rate=0.01 --resume (\w+)$", err.strip())
+    assert found and found[1] == str(conf), err[-2000:]
+    run = found[2]
+    assert [p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))] == [run]
+
+    monkeypatch.delenv("SPARKTRAIN_FAULT_INJECT")
+    assert main(["train", str(conf), "--resume", "nope"]) == 1
+    assert f"'--resume' = 'nope': train.store {store} holds no run 'nope' (its runs: {run})" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:  # argparse: `run` has no --resume (its preprocess is other data)
+        main(["run", str(conf), "--resume", run])
+    assert usage.value.code == 2 and "unrecognized arguments: --resume" in capsys.readouterr().err
+    with caplog.at_level(logging.INFO, logger="sparktrain.train.estimator"):
+        assert main(["train", str(conf), "--set", "train.learning_rate=0.01", "--resume", run]) == 0
+    assert f"resuming run {run}" in caplog.text
+    assert [p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))] == [run]
+    out = capsys.readouterr().out
+    assert "epochs: 2" in out and f"model saved: {store / run / 'model'}" in out  # trained to the end, saved
+
+
+def test_the_job_refuses_to_train_on_a_dataset_without_features_json(spark, small, tmp_path):
+    """`sparktrain train` on Parquet that preprocess did not write trained, then failed saving the model (it scores
+    raw rows through features.json): refused before training now, with both ways forward."""
+    from sparktrain.config import parse_config
+    from sparktrain.errors import DataError
+    from sparktrain.job import train_stage
+
+    cfg = parse_config({"name": "t", "data": {"label": "label"}, "output": {"path": small},
+                        "train": {"num_workers": 1, "epochs": 1, "store": str(tmp_path / "store")},
+                        "tracking": {"enabled": False}})
+    with pytest.raises(DataError) as info:
+        train_stage(spark, cfg, small)
+    assert f"output.path '{small}' has no features.json" in str(info.value)
+    assert "Run `sparktrain preprocess CONFIG`" in str(info.value) and "TorchEstimator(...).fit(path)" in \
+        str(info.value)
+    assert not (tmp_path / "store").exists()
