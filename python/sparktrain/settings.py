@@ -173,7 +173,8 @@ _TABLE: Tuple[Setting, ...] = (
     _S("framework", None, "str", "torch", "torch | keras: which estimator trains", "job", choices=("torch", "keras")),
     _S("max_classes", None, "int", 1000, "the most classes a label may have (preprocess refuses more)", "job",
        at_least(2, ": the most classes a label may have (preprocess refuses more)")),
-    _S("compare_baseline", None, "bool", True, "also fit Spark MLlib's baseline on the same splits", "job"),
+    _S("compare_baseline", None, "bool", True, "also fit Spark MLlib's baseline on the same splits; the report "
+       "hints at too few steps when the network trails it (`train.result.TRAILS`)", "job"),
 )
 
 #: every setting by its YAML key, in declaration order
