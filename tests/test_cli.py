@@ -80,7 +80,9 @@ def test_job_subcommand_help(command, capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     usage = " ".join(out.split())  # argparse wraps the usage line at the terminal width
-    assert usage.startswith(f"usage: sparktrain {command} [-h] [--master MASTER] [--set KEY.PATH=VALUE] config")
+    resume = " [--resume RUN_ID]" if command == "train" else ""  # train resumes a failed run
+    assert usage.startswith(f"usage: sparktrain {command} [-h] [--master MASTER] [--set KEY.PATH=VALUE]{resume} "
+                            f"config")
     assert "job config YAML, e.g. conf/job.yaml" in out
     assert "ignored when a SparkSession is already" in out
     assert "override a config key, value parsed as YAML" in out
