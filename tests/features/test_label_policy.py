@@ -220,6 +220,8 @@ def test_a_label_with_spark_ml_nominal_metadata_is_classes_under_auto(spark):
     indexed = Binarizer(threshold=0.5, inputCol="score", outputCol="passed").transform(indexed)
     assert nominal_classes(indexed, "grade_idx") == 3 and nominal_classes(indexed, "passed") == 2
     assert nominal_classes(indexed, "score") is None
+    keep = StringIndexer(inputCol="grade", outputCol="k", handleInvalid="keep").fit(df).transform(df)
+    assert nominal_classes(keep, "k") == 3  # its extra index for unseen values is no class of the data
     multi = dataframe_label(indexed, "grade_idx")
     assert multi.encoding.task == "multiclass" and multi.encoding.entry["vocabulary"] == [0.0, 1.0, 2.0]
     assert dataframe_label(indexed, "passed").encoding.task == "binary"

@@ -250,7 +250,8 @@ def nominal_classes(df: Any, label: str) -> Optional[int]:
         return 2
     if attr.get("type") != "nominal":
         return None
-    count = len(attr["vals"]) if attr.get("vals") else attr.get("num_vals")
+    # StringIndexer(handleInvalid='keep') adds an index for unseen values; no training row has it
+    count = len([v for v in attr["vals"] if v != "__unknown"]) if attr.get("vals") else attr.get("num_vals")
     return int(count) if count else None
 
 
