@@ -51,10 +51,13 @@ def connect_server(base: Path, name: str) -> Iterator[str]:
             assert proc.poll() is None, f"the Spark Connect server exited:\n{log_path.read_text()[-3000:]}"
             assert time.time() < deadline, f"no Spark Connect server after 180 s:\n{log_path.read_text()[-3000:]}"
             time.sleep(0.5)
+        (base / "server.pid").write_text(str(proc.pid))  # its process group: a test may kill the server
         yield f"sc://127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
         try:
+            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
+        except ProcessLookupError:  # a test killed it already
+            pass
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)

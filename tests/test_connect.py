@@ -112,3 +112,71 @@ def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sam
     probability = scored.column("probability").to_numpy()
     assert ((probability > 0) & (probability < 1)).all()
     assert set(scored.column("prediction").to_pylist()) == {0.0, 1.0}
+
+
+_FIT_SCRIPT = r"""
+import json, sys, time
+sys.path.insert(0, {python!r})
+from pyspark.sql import SparkSession, functions as F
+from sparktrain.train.estimator import TorchEstimator
+
+spark = SparkSession.builder.remote({url!r}).getOrCreate()
+df = spark.range(2000).select((F.rand(1) * 2 - 1).alias("x"), (F.rand(2) * 2 - 1).alias("z"))
+df = df.withColumn("label", (F.col("x") + F.col("z") > 0).cast("int"))
+est = TorchEstimator(numWorkers=2, epochs={epochs}, batchSize=64, labelCol="label", store={store!r})
+est.show_progress = False
+print("FIT", flush=True)
+t0 = time.monotonic()
+try:
+    model = est.fit(df)
+    out = {{"ok": True, "epochs": len(model.history), "rows": model.transform(df).where("prediction IS NOT NULL")
+           .count()}}
+except Exception as exc:
+    out = {{"ok": False, "error": type(exc).__name__, "message": str(exc)[:2000]}}
+out["seconds"] = time.monotonic() - t0
+print("RESULT", json.dumps(out), flush=True)
+"""
+
+
+def _fit_script(url, store, epochs):
+    return _FIT_SCRIPT.format(python=str(REPO / "python"), url=url, store=str(store), epochs=epochs)
+
+
+def test_fit_of_a_dataframe_over_spark_connect(connect_url, tmp_path):
+    """Probe E: fit(DataFrame) over Connect failed before training ('errorifexists is not supported': the Connect
+    writer knows only error/append/overwrite/ignore). It trains and scores now."""
+    proc = subprocess.run([sys.executable, "-c", _fit_script(connect_url, tmp_path / "store", 2)], env=_env(),
+                          capture_output=True, text=True, timeout=600, check=False)
+    lines = [json.loads(x.split(" ", 1)[1]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines and lines[0]["ok"], proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert lines[0]["epochs"] == 2 and lines[0]["rows"] == 2000
+
+
+@pytest.mark.slow  # a Connect server of its own, killed mid-fit, and the client's bounded retries (~1 minute)
+def test_a_connect_server_killed_mid_fit_ends_the_fit_with_an_error_not_a_hang(tmp_path):
+    """Probe E: the server killed mid-fit left the client in PySpark's retry loop for 10+ minutes with no word.
+    The fit's Connect calls retry for about a minute (spark_compat.CONNECT_RETRY_S); then a TrainingError names
+    the lost server and the run to resume."""
+    import signal
+    import time
+
+    base = tmp_path / "server"
+    base.mkdir()
+    with connect_server(base, "sparktrain-connect-kill") as url:
+        proc = subprocess.Popen([sys.executable, "-c", _fit_script(url, tmp_path / "store", 500)], env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        events = []
+        while time.monotonic() < deadline and not events:  # kill it once a rank has finished an epoch
+            events = [p for p in (tmp_path / "store").glob("*/checkpoints/events/*") if p.is_file()]
+            time.sleep(1.0)
+        time.sleep(3.0)
+        os.killpg(int((base / "server.pid").read_text()), signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=300)
+    lines = [json.loads(x.split(" ", 1)[1]) for x in out.splitlines() if x.startswith("RESULT ")]
+    assert lines, out[-3000:] + err[-3000:]
+    result = lines[0]
+    assert not result["ok"] and result["error"] == "TrainingError", result
+    assert "lost the Spark Connect server" in result["message"] and "runId=" in result["message"], result
+    assert time.monotonic() - killed < 360  # bounded: PySpark's own policy waits 10+ minutes

@@ -317,3 +317,28 @@ def test_pyarrow_reads_hadoops_s3a_as_s3_and_refuses_a_scheme_it_has_no_filesyst
         _fs.resolve("dbfs://folder/data")
     assert err.value.value == "dbfs://folder/data" and "no filesystem for dbfs://" in err.value.fix
     assert "s3:// (or s3a://)" in err.value.fix
+
+
+def test_fit_of_a_dataframe_into_an_s3_store_is_refused_before_any_job_when_spark_cannot_write_there(spark, s3,
+                                                                                                      tmp_path):
+    """fit(DataFrame) writes the DataFrame into the store with Spark; this Spark has no s3 connector. Probe E: a
+    60-line Py4J stack from DataFrameWriter.parquet naming neither the setting nor the connector. Now refused by
+    name before any job, with the fix; nothing is written to the bucket."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.errors import ConfigError
+    from sparktrain.train.estimator import TorchEstimator
+
+    store = s3.prefix("store")
+    df = spark.range(200).select((F.col("id") % 7).cast("float").alias("x"), (F.col("id") % 2).alias("label"))
+    est = TorchEstimator(numWorkers=1, epochs=1, labelCol="label", store=store)
+    with pytest.raises(ConfigError) as info:
+        est.fit(df)
+    text = str(info.value)
+    assert (info.value.path, info.value.value) == ("store", store), text
+    assert "Spark cannot open the store, where fit(DataFrame) writes the DataFrame with Spark" in text
+    assert "hadoop-aws" in text, text
+    from pyarrow import fs as pafs
+
+    fs, inner = pafs.FileSystem.from_uri(store)
+    assert fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)) == []  # nothing written

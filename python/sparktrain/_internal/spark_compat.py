@@ -139,6 +139,52 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+#: How long a Spark Connect client retries a lost server during a fit before the fit fails (PySpark's default
+#: policy waits at least 10 minutes, silently, in a collect that never returns)
+CONNECT_RETRY_S = 60
+
+
+@contextmanager
+def bounded_connect_retries(spark) -> Iterator[None]:
+    """Within the block, a Spark Connect client gives up on an unreachable server after about
+    :data:`CONNECT_RETRY_S` seconds (8 retries, backoff 0.5 s doubling up to 15 s) instead of PySpark's 10+
+    minutes; its own policies come back after.  A classic session is left alone."""
+    client = getattr(spark, "client", None) if is_connect(spark) else None
+    if client is None or not hasattr(client, "set_retry_policies"):
+        yield
+        return
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    before = client.get_retry_policies()
+    client.set_retry_policies([DefaultPolicy(max_retries=8, backoff_multiplier=2.0, initial_backoff=500,
+                                             max_backoff=15000, max_server_retry_delay=CONNECT_RETRY_S * 1000)])
+    try:
+        yield
+    except BaseException as exc:
+        cause: Optional[BaseException] = exc
+        while cause is not None and not lost_connect_server(spark, cause):
+            cause = cause.__cause__
+        if cause is None:
+            client.set_retry_policies(before)
+            raise
+        # the server is gone: every later call (the user's, the session's own at exit) would wait 10+ minutes
+        # more; this session now fails fast instead
+        client.set_retry_policies([DefaultPolicy(max_retries=1, initial_backoff=200, max_backoff=1000)])
+        log.warning("the Spark Connect server did not answer for %d s: this session's calls now fail at once "
+                    "instead of retrying for 10 minutes; start a new session once the server is back",
+                    CONNECT_RETRY_S)
+        raise
+    client.set_retry_policies(before)
+
+
+def lost_connect_server(spark, exc: BaseException) -> bool:
+    """Whether ``exc`` says a Spark Connect client could not reach its server (retries spent, UNAVAILABLE)."""
+    if not is_connect(spark):
+        return False
+    text = f"{type(exc).__name__}: {exc}"
+    return "RetriesExceeded" in text or "UNAVAILABLE" in text or "StatusCode.UNAVAILABLE" in text
+
+
 def conf_get(spark, key: str, default: Optional[str] = None) -> Optional[str]:
     try:
         value = spark.conf.get(key, default)

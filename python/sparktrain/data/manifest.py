@@ -370,7 +370,7 @@ def parquet_writer(df: Any, row_group_rows: int = 65536, compression: str = "zst
 
 
 def write_parquet(df: Any, path: str, row_group_rows: int = 65536, compression: str = "zstd", *,
-                  mode: str = "errorifexists", row_bytes: int | None = None,
+                  mode: str = "error", row_bytes: int | None = None,
                   extra: Mapping[str, Any] | None = None, compute_digest: bool = True) -> dict[str, Any]:
     """Write a Spark DataFrame to Parquet at ``path``, then write its manifest.
 
@@ -393,7 +393,9 @@ def write_parquet(df: Any, path: str, row_group_rows: int = 65536, compression: 
     compression : str
         Parquet codec (``zstd``, ``snappy``, ``none``...).
     mode : str
-        Spark save mode; the default refuses to overwrite.
+        Spark save mode; the default (``error``) refuses to overwrite.  ``errorifexists`` means the same
+        to a classic session, and is read as ``error`` here: a Spark Connect client accepts only
+        ``append``, ``overwrite``, ``error`` and ``ignore``.
     row_bytes : int, optional
         Override the row width estimate.
     extra : mapping, optional
@@ -411,6 +413,7 @@ def write_parquet(df: Any, path: str, row_group_rows: int = 65536, compression: 
     >>> with atomic_dir("/data/train") as staging:          # doctest: +SKIP
     ...     manifest = write_parquet(df, staging)
     """
+    mode = "error" if mode.lower() == "errorifexists" else mode
     parquet_writer(df, row_group_rows, compression, row_bytes=row_bytes).mode(mode).parquet(path)
     manifest = build_manifest(path, extra=extra, compute_digest=compute_digest)
     manifest.setdefault("row_group_rows", row_group_rows)

@@ -344,6 +344,11 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         """
         label = self.getLabelCol()
         plan_mod.check_label(df, label)
+        from sparktrain._internal.spark_compat import check_spark_path
+
+        # the DataFrame is written to the store with Spark: a scheme Spark has no filesystem for fails now
+        check_spark_path(df.sparkSession, store, "store", "the store, where fit(DataFrame) writes the DataFrame "
+                                                          "with Spark (or fit a dataset path: pyarrow reads it)")
         frame = resolve_frame(df.schema, label, features_col=self.getFeaturesCol(),
                               numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
                               categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,

@@ -103,8 +103,9 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
     while True:
         can_relaunch = elastic is not None and relaunches < budget
         try:
-            result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s,
-                                  elastic if can_relaunch else None, handlers or {})
+            with spark_compat.bounded_connect_retries(spark):  # a lost Connect server: an error in ~1 minute
+                result = _launch_once(spark, spec, callbacks, show_bar, t0, log_every_s,
+                                      elastic if can_relaunch else None, handlers or {})
             result.world_sizes = sizes
             return result
         except (TrainingStalledError, SlotsUnavailableError):
@@ -252,6 +253,10 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
                                             str(cause.get("message", "")).strip().splitlines()[0][:300]
                                             if cause.get("message") else "",
                                             elastic.min_workers if elastic is not None else None) from exc
+            if spark_compat.lost_connect_server(spark, exc):
+                raise TrainingError(f"lost the Spark Connect server: it did not answer for "
+                                    f"{spark_compat.CONNECT_RETRY_S} s ({spark_compat.error_summary(exc, 300)}). "
+                                    f"Its executors, which ran the ranks, went with it") from exc
             if slots is not None and slots.free is not None:
                 cause = _root_cause(spec) or {}
                 raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "
