@@ -16,7 +16,7 @@ import textwrap
 from typing import Dict, List, Optional, Sequence
 
 from sparktrain import __version__
-from sparktrain.errors import TRIAL_RUN_ID, SparktrainError, TrainingError
+from sparktrain.errors import TRIAL_RUN_ID, ConfigError, RunMismatchError, SparktrainError, TrainingError
 
 log = logging.getLogger("sparktrain")
 
@@ -191,8 +191,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         "train": ["train"],
         "tune": ["tune"],
     }[args.command]
+    resume = getattr(args, "resume", None)
     try:
-        job.run_job(cfg, stages=stages, master=args.master, resume=getattr(args, "resume", None))
+        job.run_job(cfg, stages=stages, master=args.master, resume=resume)
+    except RunMismatchError as exc:  # the Python API's wording (runId, fit()) says nothing to a shell user
+        if resume is None:
+            raise
+        raise ConfigError("--resume", resume, f"run {resume} was trained on other data or settings "
+                                              f"({'; '.join(exc.changes)}): resume it with its own --set values "
+                                              f"and dataset, or drop --resume to train a new run") from None
     except TrainingError as exc:  # how to resume it from the command line
         if exc.run_id and args.command in ("run", "train") and not TRIAL_RUN_ID.fullmatch(exc.run_id):
             sets = "".join(f" --set {shlex.quote(o)}" for o in args.overrides)

@@ -293,6 +293,21 @@ def check_resume(cfg: JobConfig, stages: Sequence[str], run_id: str) -> None:
         raise ConfigError("--resume", run_id, f"train.store {mask_value(cfg.train.store)} holds no run "
                                               f"'{run_id}' (its runs: {listed}); pass the run id the failed "
                                               f"job printed, with the same train.store")
+    from sparktrain.track.bundle import read_bundle
+
+    try:
+        bundle = read_bundle(run.uri())
+    except Exception:  # noqa: BLE001 - no saved model: the run did not finish, resume it
+        return
+    trained = len(bundle.get("history") or [])
+    if cfg.train.epochs <= trained:
+        registered = bundle.get("registered")
+        raise ConfigError("--resume", run_id, f"run {run_id} finished {trained} epochs and its model is saved "
+                                              f"({mask_value(run.uri('model'))}; "
+                                              f"{'registered' if registered else 'not registered'}): nothing to "
+                                              f"resume. Set train.epochs above {trained} to train it further"
+                                              + ("" if registered else ", or register it with `sparktrain "
+                                                 f"register --from-store {mask_value(run.uri())}`"))
 
 
 def _check_tune_budget(cfg: JobConfig, preprocessed: bool) -> None:

@@ -298,6 +298,18 @@ def test_the_cli_prints_how_to_resume_a_failed_training_and_resume_continues_tha
     assert [p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))] == [run]
     out = capsys.readouterr().out
     assert "epochs: 2" in out and f"model saved: {store / run / 'model'}" in out  # trained to the end, saved
+    # probe E: resuming the finished run again trained nothing and registered the same model again
+    assert main(["train", str(conf), "--set", "train.learning_rate=0.01", "--resume", run]) == 1
+    assert f"run {run} finished 2 epochs and its model is saved ({store / run / 'model'}; not registered): " \
+           f"nothing to resume. Set train.epochs above 2 to train it further, or register it with `sparktrain " \
+           f"register --from-store {store / run}`" in capsys.readouterr().err
+    # other settings: said in the CLI's words, not fit()'s and runId's
+    assert main(["train", str(conf), "--set", "train.epochs=3", "--set", "train.learning_rate=0.05",
+                 "--resume", run]) == 1
+    err = capsys.readouterr().err
+    assert f"option '--resume' = '{run}': run {run} was trained on other data or settings (" in err
+    assert "learning_rate: 0.01 -> 0.05" in err and "resume it with its own --set values and dataset, or drop " \
+           "--resume to train a new run" in err and "runId" not in err.split("error: ")[-1]
 
 
 def test_the_job_refuses_to_train_on_a_dataset_without_features_json(spark, small, tmp_path):
