@@ -349,6 +349,15 @@ def float_label_is_01(spark: Any, train_path: str, label: str) -> bool:
     """
     from pyspark.sql import functions as F
 
+    from sparktrain._internal.spark_compat import check_spark_path
+    from sparktrain.errors import ConfigError
+
+    try:  # asks the JVM for the scheme's filesystem: no Spark read, whose failure Spark logs with a Java stack
+        check_spark_path(spark, train_path, "dataset", "the dataset")
+    except ConfigError as exc:
+        log.info("Spark has no filesystem for %s (%s): scanning label '%s' through pyarrow", train_path,
+                 str(exc).splitlines()[0][:120], label)
+        return _label_is_01_arrow(train_path, label)
     y = F.col(f"`{label}`")
     try:
         row = spark.read.parquet(train_path).agg(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("n")).first()
