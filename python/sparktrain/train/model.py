@@ -273,6 +273,43 @@ class _ModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def _handleOverwrite(self, path: str) -> None:
+        """``write().overwrite()``: replace a saved sparktrain model (or nothing) at ``path``, through pyarrow.
+
+        PySpark's own handler asks the JVM, which a Spark Connect client has
+        not, and deletes whatever the folder holds.  This one works on both,
+        and refuses (:class:`~sparktrain.errors.OutputNotOwnedError`) a folder
+        that holds anything else: sparktrain deletes only what it wrote.
+        """
+        import json
+
+        from pyarrow import fs as pafs
+
+        from sparktrain.data import _fs
+        from sparktrain.errors import OutputNotOwnedError
+
+        fs, inner = _fs.resolve(path)
+        info = fs.get_file_info(inner)
+        if info.type == pafs.FileType.NotFound:
+            return
+        entries = fs.get_file_info(pafs.FileSelector(inner)) if info.type == pafs.FileType.Directory else [info]
+        meta = [e for e in (fs.get_file_info(pafs.FileSelector(f"{inner}/metadata", allow_not_found=True))
+                            if info.type == pafs.FileType.Directory else [])
+                if e.type == pafs.FileType.File and e.base_name.startswith("part-")]
+        ours = False
+        if meta:
+            with fs.open_input_stream(meta[0].path) as fh:
+                try:
+                    ours = str(json.loads(fh.read().decode().splitlines()[0]).get("class", "")).startswith(
+                        "sparktrain.")
+                except (ValueError, IndexError, AttributeError):
+                    ours = False
+        if entries and not ours:
+            names = sorted(e.base_name + ("/" if e.type == pafs.FileType.Directory else "") for e in entries)
+            raise OutputNotOwnedError(path, "write().overwrite().save()", names[:5], len(names),
+                                      markers=("metadata/ of a saved sparktrain model",))
+        fs.delete_dir(inner)
+
     def saveImpl(self, path: str) -> None:
         from sparktrain.data.run_store import Store
 
