@@ -261,5 +261,10 @@ def test_overwrite_replaces_a_saved_model_and_refuses_a_folder_it_did_not_write(
     assert f"'{mine}' holds notes.txt, and no sparktrain marker (metadata/ of a saved sparktrain model)" in \
         str(info.value)
     assert (mine / "notes.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    with pytest.raises(OutputNotOwnedError, match="a file \\(4 bytes\\), not a folder"):
+        model.write().overwrite().save(str(a_file))
+    assert a_file.read_text() == "mine"
     model.write().overwrite().save(str(tmp_path / "new"))  # nothing there yet: saved
     assert TorchModel.load(str(tmp_path / "new")).inputs == model.inputs

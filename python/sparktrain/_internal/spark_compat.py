@@ -182,7 +182,7 @@ def lost_connect_server(spark, exc: BaseException) -> bool:
     if not is_connect(spark):
         return False
     text = f"{type(exc).__name__}: {exc}"
-    return "RetriesExceeded" in text or "UNAVAILABLE" in text or "StatusCode.UNAVAILABLE" in text
+    return "RetriesExceeded" in text or "UNAVAILABLE" in text
 
 
 def conf_get(spark, key: str, default: Optional[str] = None) -> Optional[str]:

@@ -278,37 +278,21 @@ class _ModelWriter(MLWriter):
 
         PySpark's own handler asks the JVM, which a Spark Connect client has
         not, and deletes whatever the folder holds.  This one works on both,
-        and refuses (:class:`~sparktrain.errors.OutputNotOwnedError`) a folder
-        that holds anything else: sparktrain deletes only what it wrote.
+        and refuses (:class:`~sparktrain.errors.OutputNotOwnedError`, from
+        :func:`~sparktrain.data.guard.check_replaceable`) a folder that holds
+        anything else: sparktrain deletes only what it wrote.
         """
-        import json
-
         from pyarrow import fs as pafs
 
         from sparktrain.data import _fs
-        from sparktrain.errors import OutputNotOwnedError
+        from sparktrain.data.guard import check_replaceable
 
         fs, inner = _fs.resolve(path)
-        info = fs.get_file_info(inner)
-        if info.type == pafs.FileType.NotFound:
-            return
-        entries = fs.get_file_info(pafs.FileSelector(inner)) if info.type == pafs.FileType.Directory else [info]
-        meta = [e for e in (fs.get_file_info(pafs.FileSelector(f"{inner}/metadata", allow_not_found=True))
-                            if info.type == pafs.FileType.Directory else [])
-                if e.type == pafs.FileType.File and e.base_name.startswith("part-")]
-        ours = False
-        if meta:
-            with fs.open_input_stream(meta[0].path) as fh:
-                try:
-                    ours = str(json.loads(fh.read().decode().splitlines()[0]).get("class", "")).startswith(
-                        "sparktrain.")
-                except (ValueError, IndexError, AttributeError):
-                    ours = False
-        if entries and not ours:
-            names = sorted(e.base_name + ("/" if e.type == pafs.FileType.Directory else "") for e in entries)
-            raise OutputNotOwnedError(path, "write().overwrite().save()", names[:5], len(names),
-                                      markers=("metadata/ of a saved sparktrain model",))
-        fs.delete_dir(inner)
+        folder = fs.get_file_info(inner).type == pafs.FileType.Directory
+        if not (folder and _saved_model(fs, inner)):  # nothing there, an empty folder, or refused naming its content
+            check_replaceable(path, "write().overwrite().save()", markers=("metadata/ of a saved sparktrain model",))
+        if folder:
+            fs.delete_dir(inner)
 
     def saveImpl(self, path: str) -> None:
         from sparktrain.data.run_store import Store
@@ -320,6 +304,24 @@ class _ModelWriter(MLWriter):
         params = mask_strings({p.name: v for p, v in m._paramMap.items()})  # a store URI's password stays out
         DefaultParamsWriter.saveMetadata(m, path, self.sparkSession, extraMetadata=extra, paramMap=params)
         Store(path).write_bytes("network/model.bin", m.model_bytes)
+
+
+def _saved_model(fs: Any, inner: str) -> bool:
+    """Whether the folder ``inner`` holds a saved sparktrain model: Spark ML's ``metadata/part-*`` naming a
+    ``sparktrain.`` class."""
+    import json
+
+    from pyarrow import fs as pafs
+
+    parts = [e for e in fs.get_file_info(pafs.FileSelector(f"{inner}/metadata", allow_not_found=True))
+             if e.type == pafs.FileType.File and e.base_name.startswith("part-")]
+    if not parts:
+        return False
+    try:
+        with fs.open_input_stream(parts[0].path) as fh:
+            return str(json.loads(fh.read().decode().splitlines()[0]).get("class", "")).startswith("sparktrain.")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return False
 
 
 class _ModelReader(MLReader):

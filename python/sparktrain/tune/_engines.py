@@ -422,12 +422,9 @@ def check_budget(cfg: JobConfig, dataset_path: Optional[str], tracking_uri: Opti
     from optuna.trial import TrialState
 
     name = study_name(cfg, dataset_path)
-    url = tune.storage
-    if url is None or "://" not in url or url.startswith("file://"):
-        journal = os.path.join(os.path.abspath(_local_store(cfg)), STUDIES_DIR, f"{name}.journal") if url is None \
-            else os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
-        if not os.path.isfile(journal):
-            return
+    journal = _journal_path(cfg, name)
+    if journal is not None and not os.path.isfile(journal):
+        return
     try:
         storage, where = study_storage(cfg, name, tracking_uri)
         trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
@@ -436,9 +433,20 @@ def check_budget(cfg: JobConfig, dataset_path: Optional[str], tracking_uri: Opti
     except Exception as exc:  # noqa: BLE001 - no study yet, or one the search will report on itself
         log.debug("tune budget preflight skipped for study '%s': %s", name, exc)
         return
-    cut = sum(1 for t in trials if t.state == TrialState.RUNNING or _cut_off(t))
+    cut = sum(1 for t in trials if t.state == TrialState.RUNNING or _cut_off(t))  # the search fails RUNNING ones
     if len(trials) - cut >= tune.max_trials:
         raise _budget_spent(tune, name, mask_value(where), len(trials) - cut, cut)
+
+
+def _journal_path(cfg: JobConfig, name: str) -> Optional[str]:
+    """The journal file study ``name`` is kept in (``tune.storage``, else under ``train.store``), or None when
+    ``tune.storage`` is a database URL."""
+    url = cfg.tune.storage if cfg.tune is not None else None
+    if url is None:
+        return os.path.join(os.path.abspath(_local_store(cfg)), STUDIES_DIR, f"{name}.journal")
+    if "://" in url and not url.startswith("file://"):
+        return None
+    return os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
 
 
 def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None) -> Tuple[Any, str]:
@@ -457,11 +465,9 @@ def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None)
     import optuna
 
     check_storage(cfg, tracking_uri)
-    tune: TuneConfig = cfg.tune  # type: ignore[assignment]
-    url = tune.storage
-    if url is None:
-        path = os.path.join(os.path.abspath(_local_store(cfg)), STUDIES_DIR, f"{name}.journal")
-    elif "://" in url and not url.startswith("file://"):
+    path = _journal_path(cfg, name)
+    if path is None:
+        url = str(cfg.tune.storage)  # type: ignore[union-attr]
         try:
             return optuna.storages.RDBStorage(url), url
         except ImportError as exc:  # SQLAlchemy found no driver for the URL's dialect
@@ -469,8 +475,6 @@ def study_storage(cfg: JobConfig, name: str, tracking_uri: Optional[str] = None)
                               f"no database driver for it is installed ({exc}); install one into this Python "
                               "(e.g. psycopg2-binary for postgresql://, pymysql for mysql+pymysql://), or leave "
                               "tune.storage out (a journal file under train.store)") from None
-    else:
-        path = os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
