@@ -203,8 +203,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     except TrainingError as exc:  # how to resume it from the command line
         if exc.run_id and args.command in ("run", "train") and not TRIAL_RUN_ID.fullmatch(exc.run_id):
             sets = "".join(f" --set {shlex.quote(o)}" for o in args.overrides)
-            exc.args = (f"{exc.args[0] if exc.args else exc}\nresume: sparktrain train "
-                        f"{shlex.quote(args.config)}{sets} --resume {exc.run_id}",)
+            text = str(exc.args[0] if exc.args else exc)  # the API's "fit again with runId=" means the CLI line
+            text = text.replace(f"fit again with runId={exc.run_id!r}", "run the resume: command below")
+            exc.args = (f"{text}\nresume: sparktrain train {shlex.quote(args.config)}{sets} --resume {exc.run_id}",)
         raise
     return 0
 

@@ -283,6 +283,7 @@ def test_the_cli_prints_how_to_resume_a_failed_training_and_resume_continues_tha
     err = capsys.readouterr().err
     found = re.search(r"resume: sparktrain train (\S+) --set train.learning_rate=0.01 --resume (\w+)$", err.strip())
     assert found and found[1] == str(conf), err[-2000:]
+    assert "runId=" not in err and "run the resume: command below to resume it" in err  # no API advice in a shell
     run = found[2]
     assert [p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))] == [run]
 
