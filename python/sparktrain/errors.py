@@ -222,6 +222,10 @@ class TuneError(SparktrainError, RuntimeError):
     """The hyperparameter search failed (e.g. every trial failed)."""
 
 
+class ConnectLostError(TuneError):
+    """The Spark Connect server stopped answering during a search: the search stopped, its finished trials kept."""
+
+
 class MissingDependencyError(SparktrainError, ImportError):
     """An optional dependency is not installed; the message has the install line."""
 

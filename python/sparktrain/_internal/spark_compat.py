@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Dict, Iterator, Optional
 
@@ -148,33 +149,55 @@ CONNECT_RETRY_S = 60
 def bounded_connect_retries(spark) -> Iterator[None]:
     """Within the block, a Spark Connect client gives up on an unreachable server after about
     :data:`CONNECT_RETRY_S` seconds (8 retries, backoff 0.5 s doubling up to 15 s) instead of PySpark's 10+
-    minutes; its own policies come back after.  A classic session is left alone."""
+    minutes; its own policies come back after, unless the server was lost (:func:`fail_fast`).  Blocks may
+    nest and run in several threads at once (a search's trials).  A classic session is left alone."""
     client = getattr(spark, "client", None) if is_connect(spark) else None
-    if client is None or not hasattr(client, "set_retry_policies"):
+    if client is None or not hasattr(client, "set_retry_policies") or getattr(client, _FAILS_FAST, False):
         yield
         return
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    before = client.get_retry_policies()
-    client.set_retry_policies([DefaultPolicy(max_retries=8, backoff_multiplier=2.0, initial_backoff=500,
-                                             max_backoff=15000, max_server_retry_delay=CONNECT_RETRY_S * 1000)])
+    with _RETRY_LOCK:  # the first block in saves the client's policies, the last one out restores them
+        depth = getattr(client, _BOUNDED, None)
+        if depth is None:
+            setattr(client, _BOUNDED, [0, client.get_retry_policies()])
+            client.set_retry_policies([DefaultPolicy(max_retries=8, backoff_multiplier=2.0, initial_backoff=500,
+                                                     max_backoff=15000,
+                                                     max_server_retry_delay=CONNECT_RETRY_S * 1000)])
+        getattr(client, _BOUNDED)[0] += 1
     try:
         yield
     except BaseException as exc:
-        cause: Optional[BaseException] = exc
-        while cause is not None and not lost_connect_server(spark, cause):
-            cause = cause.__cause__
-        if cause is None:
-            client.set_retry_policies(before)
-            raise
-        # the server is gone: every later call (the user's, the session's own at exit) would wait 10+ minutes
-        # more; this session now fails fast instead
-        client.set_retry_policies([DefaultPolicy(max_retries=1, initial_backoff=200, max_backoff=1000)])
-        log.warning("the Spark Connect server did not answer for %d s: this session's calls now fail at once "
-                    "instead of retrying for 10 minutes; start a new session once the server is back",
-                    CONNECT_RETRY_S)
+        if connect_loss(spark, exc) is not None:
+            fail_fast(spark)
         raise
-    client.set_retry_policies(before)
+    finally:
+        with _RETRY_LOCK:
+            state = getattr(client, _BOUNDED)
+            state[0] -= 1
+            if not state[0]:
+                delattr(client, _BOUNDED)
+                if not getattr(client, _FAILS_FAST, False):  # a lost server stays lost for this session
+                    client.set_retry_policies(state[1])
+
+
+_RETRY_LOCK = threading.Lock()
+_BOUNDED = "_sparktrain_bounded_retries"  # [blocks open, the policies before the first]
+_FAILS_FAST = "_sparktrain_fails_fast"
+
+
+def fail_fast(spark) -> None:
+    """After a lost Connect server: every later call of this session (the user's, the session's own at exit, a
+    search's other trials and their cancels) fails at once instead of waiting 10+ minutes more."""
+    client = getattr(spark, "client", None) if is_connect(spark) else None
+    if client is None or not hasattr(client, "set_retry_policies") or getattr(client, _FAILS_FAST, False):
+        return
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    client.set_retry_policies([DefaultPolicy(max_retries=1, initial_backoff=200, max_backoff=1000)])
+    setattr(client, _FAILS_FAST, True)
+    log.warning("the Spark Connect server did not answer for %d s: this session's calls now fail at once "
+                "instead of retrying for 10 minutes; start a new session once the server is back", CONNECT_RETRY_S)
 
 
 def lost_connect_server(spark, exc: BaseException) -> bool:
@@ -183,6 +206,18 @@ def lost_connect_server(spark, exc: BaseException) -> bool:
         return False
     text = f"{type(exc).__name__}: {exc}"
     return "RetriesExceeded" in text or "UNAVAILABLE" in text
+
+
+def connect_loss(spark, exc: BaseException) -> Optional[BaseException]:
+    """The error in ``exc``'s chain (itself, its causes and contexts) that says the Connect server was lost."""
+    seen = set()
+    cause: Optional[BaseException] = exc
+    while cause is not None and id(cause) not in seen:
+        if lost_connect_server(spark, cause):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def conf_get(spark, key: str, default: Optional[str] = None) -> Optional[str]:

@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
+from sparktrain.errors import ConnectLostError
 from sparktrain.tune._channel import Watch
 from sparktrain.tune._engines import INTERRUPTED, Engine, HyperoptEngine
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
@@ -175,7 +176,9 @@ class SearchLoop:
         running: Dict[Future, _Running] = {}
         launched = 0
         self.started = time.time()
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sparktrain-trial") as pool:
+        # a lost Connect server: each trial's calls give up in about a minute, and the search stops (_finish)
+        with spark_compat.bounded_connect_retries(self.spark), \
+                ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="sparktrain-trial") as pool:
             try:
                 while True:
                     spent = time.time() - self.started
@@ -207,12 +210,16 @@ class SearchLoop:
                     if self.pruning:
                         for trial in running.values():
                             self._poll_epochs(trial)
-            except BaseException:  # Ctrl-C or a bug here: do not leave trials running on the cluster
+            except BaseException as exc:  # Ctrl-C, a lost server or a bug here: leave no trial running
                 cancel = getattr(self.runner, "cancel", None)
                 for trial in running.values():
-                    spark_compat.cancel_group(self.spark, trial.group)
-                    if cancel is not None:  # a reused gang's stage is in a job group of its own
-                        cancel(trial.number, "was interrupted")
+                    try:
+                        spark_compat.cancel_group(self.spark, trial.group)
+                        if cancel is not None:  # a reused gang's stage is in a job group of its own
+                            cancel(trial.number, "was interrupted")
+                    except Exception as cancel_exc:  # noqa: BLE001 - the first error is the one to see
+                        log.warning("trial %d: could not cancel its Spark job: %s", trial.number,
+                                    _first_line(cancel_exc))
                 for trial in running.values():  # their tasks end before the caller sees the interrupt
                     try:
                         ended = spark_compat.wait_group_ended(self.spark, trial.group, _INTERRUPT_WAIT_S)
@@ -221,16 +228,18 @@ class SearchLoop:
                     if not ended:
                         log.warning("trial %d: its Spark tasks still ran %.0f s after the cancel (job group %s)",
                                     trial.number, _INTERRUPT_WAIT_S, trial.group)
-                self._record_interrupted(running.values())
+                self._record_interrupted(running.values(), str(exc) if isinstance(exc, ConnectLostError)
+                                         else "the search was stopped (Ctrl-C)")
                 raise
         self.records.sort(key=lambda r: r.number)
         return self.records
 
-    def _record_interrupted(self, trials: Any) -> None:
-        """Trials the interrupt stopped: KILLED to the engine (a study keeps no RUNNING trial) and the tracker."""
+    def _record_interrupted(self, trials: Any, why: str) -> None:
+        """Trials the interrupt stopped: KILLED to the engine (a study keeps no RUNNING trial; an interrupted
+        trial does not count against ``max_trials`` when the search continues) and the tracker."""
         for trial in trials:
             record = TrialRecord(number=trial.number, params=trial.params, status=KILLED, metric=None, metrics={},
-                                 error=f"{INTERRUPTED} the search was stopped (Ctrl-C)",
+                                 error=f"{INTERRUPTED} {why}",
                                  seconds=time.time() - trial.started, objective_seconds=None, job_group=trial.group,
                                  history=(), traceback=None, epochs=0, end_s=time.time() - self.started)
             try:
@@ -306,6 +315,7 @@ class SearchLoop:
         seconds = time.time() - trial.started
         outcome: Optional[TrialOutcome] = None
         status, metric, error, tb = FINISHED, None, None, None
+        lost: Optional[BaseException] = None
         try:
             outcome = fut.result()
         except Exception as exc:  # noqa: BLE001 - a failed trial is data, the search goes on
@@ -313,12 +323,17 @@ class SearchLoop:
 
             error, tb = _first_line(exc), "".join(_tb.format_exception(exc))
             status = FAILED
+            lost = spark_compat.connect_loss(self.spark, exc)
         if self.pruning:
             self._poll_epochs(trial, final=True, history=list(outcome.history) if outcome else None)
             release = getattr(self.runner, "release", None)
             if release is not None:
                 release(trial.number)
-        if trial.cancelled_at is not None and (outcome is None or outcome.error is not None):
+        if lost is not None:  # not the trial's fault: it runs again when the search continues
+            status = KILLED
+            error = (f"{INTERRUPTED} lost the Spark Connect server: it did not answer for "
+                     f"{spark_compat.CONNECT_RETRY_S} s ({spark_compat.error_summary(lost, 200)})")
+        elif trial.cancelled_at is not None and (outcome is None or outcome.error is not None):
             status = KILLED
             error = (f"timed out after {self.timeout_s:g} s (tune.trial_timeout_s); Spark job group "
                      f"{trial.group} cancelled" + (f": {error}" if error else ""))
@@ -352,6 +367,12 @@ class SearchLoop:
         else:
             log.warning("trial %d %s after %.1f s: %s", trial.number, status.lower(), seconds, error)
         self.listener.on_finish(record)
+        if lost is not None:  # every other trial would wait for the same server: the search stops here
+            raise ConnectLostError(
+                f"lost the Spark Connect server during trial {trial.number}: it did not answer for "
+                f"{spark_compat.CONNECT_RETRY_S} s. The search stopped; its finished trials are kept and the "
+                f"interrupted ones are recorded as such. Once the server is back, run the same search again: an "
+                f"Optuna study continues where it stopped") from lost
 
     def _metric_of(self, outcome: TrialOutcome) -> Tuple[Optional[float], Optional[str]]:
         if self.metric in outcome.metrics:
