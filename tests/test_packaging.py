@@ -291,11 +291,13 @@ def test_try_cast_with_and_without_column_try_cast(spark, monkeypatch):
 
     from sparktrain._internal.spark_compat import try_cast
 
-    df = spark.createDataFrame([("1.5", "2"), ("NA", "x")], ["a", "b.c"])
-    expected = [(1.5, 2.0), (None, None)]
-    assert [tuple(r) for r in df.select(try_cast("a", "double"), try_cast("`b.c`", "double")).collect()] == expected
+    df = spark.createDataFrame([("1.5", "2", "3"), ("NA", "x", None)], ["a", "b.c", "d `e"])
+    expected = [(1.5, 2.0, 3.0), (None, None, None)]
+    casts = [try_cast(n, "double") for n in ("a", "b.c", "d `e")]  # a dot or a backtick is part of the name
+    assert [tuple(r) for r in df.select(*casts).collect()] == expected
     monkeypatch.delattr(Column, "try_cast", raising=False)  # pyspark 3.5: SQL try_cast only
-    assert [tuple(r) for r in df.select(try_cast("a", "double"), try_cast("`b.c`", "double")).collect()] == expected
+    casts = [try_cast(n, "double") for n in ("a", "b.c", "d `e")]
+    assert [tuple(r) for r in df.select(*casts).collect()] == expected
 
 
 def test_inheritable_target_carries_the_job_group(spark):

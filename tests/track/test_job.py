@@ -577,6 +577,20 @@ def test_score_names_text_values_that_are_not_numbers(job, spark, raw_rows, tmp_
     assert n == df.count()
     assert f"column 'distance' of the scoring input '{texty}' (read as parquet) has {expected} of {n} values that " \
         "are not numbers (e.g. 'n/a')" in caplog.text  # before: scored as missing without a word
+    # the Spark path (a model with a text, set, vector or datetime-format feature) reads them the same way; it
+    # failed in the fitted SQL ("Column __st_distance__prep must be of type numeric but was ... string")
+    from sparktrain.serve.pyfunc import load_spark_model
+    from sparktrain.serve.scoring import score_with_pipeline
+
+    uri = f"models:/{MODEL}@champion"
+    rows = spark.read.parquet(texty)
+    piped = score_with_pipeline(load_spark_model(uri), rows, [("prediction", "double"), ("probability", "double")],
+                                {"distance": "double"}).toPandas().sort_values("flight_id", ignore_index=True)
+    assert piped.columns.tolist() == [*rows.columns, "prediction", "probability"]
+    assert (piped["distance"] == "n/a").sum() == expected  # the raw text comes back as given
+    scored = spark.read.parquet(*committed_files(str(tmp_path / "out"))).toPandas() \
+        .sort_values("flight_id", ignore_index=True)
+    np.testing.assert_allclose(piped["probability"], scored["probability"], rtol=0, atol=1e-6)
 
 
 def test_score_refuses_an_output_spark_has_no_filesystem_for_before_scoring(job, spark, raw_rows, s3):

@@ -704,17 +704,18 @@ def java_params_metadata(spark, java_stage) -> str:
 
 
 def try_cast(name: str, spark_type: str):
-    """``F.col(name).try_cast(spark_type)``: null where the value does not cast, instead of an error.
+    """Top-level column ``name`` (a dot or a space in it is part of the name) cast to ``spark_type``: null where
+    the value does not cast, instead of an error.
 
     ``Column.try_cast`` is pyspark >= 4.0; Spark 3.5 has ``try_cast`` in SQL only, so the same column reference
-    (dotted parts name nested fields, as ``F.col`` reads them) goes through ``F.expr``.
+    goes through ``F.expr``.
     """
     from pyspark.sql import functions as F
 
-    col = F.col(name)
+    ref = "`" + name.replace("`", "``") + "`"
+    col = F.col(ref)
     if hasattr(type(col), "try_cast"):  # an instance would answer any name (a struct field)
         return col.try_cast(spark_type)
-    ref = name if "`" in name else ".".join(f"`{part}`" for part in name.split("."))
     return F.expr(f"try_cast({ref} AS {spark_type})")
 
 

@@ -223,7 +223,8 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
         raise ColumnClashError(clashes, where, "scoring")
     spark_model = spark_pipeline_if_needed(model_uri)
     if spark_model is not None:
-        return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs])
+        return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs],
+                                   {n: _spark_type(t) for n, t in inputs})
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
     udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=result_type, env_manager="local")
     args = F.struct(*[try_cast(n, _spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
@@ -251,21 +252,35 @@ def spark_pipeline_if_needed(model_uri: str):
     return spark_model_from(local, model_uri)
 
 
-def score_with_pipeline(model: Any, df: Any, outputs: List[Tuple[str, str]]):
+def score_with_pipeline(model: Any, df: Any, outputs: List[Tuple[str, str]],
+                        inputs: Optional[Dict[str, str]] = None):
     """``df`` plus ``outputs`` from the fitted feature pipeline and the network, in Spark.
 
     ``model`` is :func:`~sparktrain.serve.pyfunc.spark_model_from`'s raw-in,
     raw-out ``PipelineModel`` (:mod:`sparktrain.serve.spark_model`): every
     column of ``df`` comes back with its raw value, even where a feature's
     output has the same name as its source; this keeps ``outputs`` (the
-    signature's), cast to their types.
+    signature's), cast to their types.  A text column where ``inputs`` (the
+    signature's ``{column: Spark type}``) has a number or boolean is read as
+    the pyfunc path reads it: a value that does not cast is missing (``"NA"``).
     """
     from pyspark.sql import functions as F
 
+    from sparktrain._internal.spark_compat import try_cast
     from sparktrain.features._sql import quote
 
-    out = model.transform(df)
-    return out.select(*[F.col(quote(c)) for c in df.columns], *[F.col(n).cast(t).alias(n) for n, t in outputs])
+    types = dict(df.dtypes)
+    cast = {n: t for n, t in (inputs or {}).items() if types.get(n) == "string" and t in _CASTABLE}
+    raw = {n: f"__sparktrain_raw{i}" for i, n in enumerate(cast)}  # the values as given, for the output
+    src = df.select(*[try_cast(c, cast[c]).alias(c) if c in cast else F.col(quote(c)) for c in df.columns],
+                    *[F.col(quote(n)).alias(k) for n, k in raw.items()])
+    out = model.transform(src)
+    return out.select(*[F.col(raw[c]).alias(c) if c in raw else F.col(quote(c)) for c in df.columns],
+                      *[F.col(n).cast(t).alias(n) for n, t in outputs])
+
+
+#: the Spark types a text column is cast to for scoring (``try_cast``: null where a value does not cast)
+_CASTABLE = ("double", "float", "bigint", "int", "boolean")
 
 
 def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
