@@ -205,6 +205,31 @@ def test_a_float_label_of_whole_numbers_from_0_warns_that_auto_trains_a_regressi
         assert texts == []
 
 
+@pytest.mark.parametrize("expr, warns", [
+    ("IF(id % 2 = 0, '>50K', '<=50K') || IF(id % 10 = 1, ' ', '')", "'<=50K' (200 rows) and '<=50K ' (50 rows); each is a class of its own, so the model learns 3 classes where there may be 2"),
+    ("IF(id % 2 = 0, 'Yes', IF(id % 4 = 1, 'yes', 'no'))", "'Yes' (250 rows) and 'yes' (125 rows)"),
+    ("IF(id % 2 = 0, 'a', 'b')", None),
+])
+def test_text_classes_that_differ_only_in_spaces_or_case_are_warned_about(spark, expr, warns):
+    """Probe F: '>50K' and '>50K ' (a CSV export's padding) were two classes each, silently: a binary label became
+    a 4-class one.  They still are (a label may be case-sensitive), but the warning names them and the fix."""
+    import warnings
+
+    from sparktrain.features.label import decide_label
+
+    df = spark.sql(f"SELECT {expr} AS income FROM range(500)")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        decision = decide_label(df, "income", "string")
+    texts = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    if warns is None:
+        assert texts == [] and decision.encoding.task == "binary"
+        return
+    assert decision.encoding.task == "multiclass" and len(texts) == 1, texts
+    assert texts[0].startswith("label column 'income' has classes that differ only in spaces or letter case: ")
+    assert warns in texts[0] and "F.trim(F.col('income'))" in texts[0] and "ignoreTrailingWhiteSpace" in texts[0]
+
+
 def test_a_label_with_spark_ml_nominal_metadata_is_classes_under_auto(spark):
     """StringIndexer's output carries a nominal attribute: fit(df) reads it as Spark ML classifiers do (3 values:
     multiclass; Binarizer's binary attribute: binary); a plain double column is left to the value rule."""

@@ -130,6 +130,28 @@ def warn_class_indices(summary: LabelSummary) -> None:
                   stacklevel=2)
 
 
+def warn_lookalike_classes(summary: LabelSummary) -> None:
+    """Warn (``UserWarning``) about text classes that differ only in surrounding whitespace or letter case
+    (``'>50K'`` and ``'>50K '``): each is a class of its own, which turns a binary label into a multiclass one.
+    A CSV export's padding is the usual cause."""
+    if summary.kind != "categorical" or not summary.classes:
+        return
+    groups: Dict[str, List[Tuple[str, int]]] = {}
+    for _, text, count in summary.classes:
+        groups.setdefault(str(text).strip().casefold(), []).append((str(text), int(count)))
+    clashes = [g for g in groups.values() if len(g) > 1]
+    if not clashes:
+        return
+    named = "; ".join(" and ".join(f"{t!r} ({n:,} rows)" for t, n in g) for g in clashes[:5])
+    more = f" (and {len(clashes) - 5} more groups)" if len(clashes) > 5 else ""
+    warnings.warn(f"label column '{summary.column}' has classes that differ only in spaces or letter case: "
+                  f"{named}{more}; each is a class of its own, so the model learns {len(summary.classes)} classes "
+                  f"where there may be {len(groups)}. If they are the same class, clean the label in Spark "
+                  f"(F.trim(F.col('{summary.column}')), F.lower(...)) or, for a CSV, set the reader's "
+                  f"ignoreLeadingWhiteSpace and ignoreTrailingWhiteSpace options (config: data.options)",
+                  UserWarning, stacklevel=2)
+
+
 def label_kind(column: str, spark_type: str) -> str:
     """``"boolean"``, ``"integer"``, ``"float"`` or ``"categorical"`` from the label's Spark ``simpleString``.
 
@@ -287,6 +309,7 @@ def encode_label(summary: LabelSummary, task: Optional[str] = None) -> LabelEnco
     final = task or inferred
     if task is None and summary.classes is None:
         warn_class_indices(summary)
+    warn_lookalike_classes(summary)
     if task is None and summary.kind == "integer" and summary.classes:
         warn_many_integer_classes(summary.column, len(summary.classes), summary.classes[0][0],
                                   summary.classes[-1][0])
@@ -356,4 +379,5 @@ def _finite(x: Optional[float]) -> Optional[float]:
 
 __all__ = ["DEFAULT_MAX_CLASSES", "MANY_INTEGER_CLASSES", "LabelDecision", "LabelEncoding", "LabelSummary",
            "check_label", "class_kind", "decide_label", "encode_label", "label_kind", "max_classes_of",
-           "summarize_label", "task_override", "warn_class_indices", "warn_many_integer_classes"]
+           "summarize_label", "task_override", "warn_class_indices", "warn_lookalike_classes",
+           "warn_many_integer_classes"]
