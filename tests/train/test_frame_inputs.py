@@ -88,6 +88,35 @@ def test_unusable_columns_are_refused_in_one_error_before_any_job(spark, mixed, 
     assert "attrs" not in written and written["id"] == "bigint"  # excluded columns kept as they are (no map)
 
 
+def test_a_label_named_as_an_input_or_excluded_is_refused_as_the_label(spark, mixed, tmp_path):
+    """Probe F: a string label in numericCols was told to 'encode it first (StringIndexer)', as an input; the label
+    in excludeCols was taken silently."""
+    from pyspark.sql import functions as F
+
+    df = mixed.withColumn("grade", F.when(F.col("label") > 0, "high").otherwise("low"))
+    for kw in ({"numericCols": ["grade"]}, {"categoricalCols": ["grade"]}, {"excludeCols": ["grade", "id"]}):
+        with pytest.raises(SchemaError) as info:
+            _est(tmp_path, labelCol="grade", **kw).plan(df.drop("label"))
+        param = next(iter(kw))
+        assert str(info.value).startswith("column 'grade' is the label (labelCol) and ")
+        assert param in str(info.value) and "StringIndexer" not in str(info.value), str(info.value)
+    assert not (tmp_path / "store").exists()
+
+
+def test_no_trainable_row_under_skip_names_the_inputs_that_left_every_row_out(spark, mixed, tmp_path):
+    """Probe F: handleInvalid='skip' with an all-null input: 'no row can be trained on' did not say which."""
+    from pyspark.sql import functions as F
+
+    df = mixed.withColumn("empty", F.lit(None).cast("double")).withColumn(
+        "half", F.when(F.col("id") % 2 == 0, F.lit(None)).otherwise(F.lit(1.0)))
+    with pytest.raises(DataError) as info:
+        _est(tmp_path, handleInvalid="skip", excludeCols=["id"]).plan(df)
+    text = str(info.value)
+    assert f"The inputs with the most: 'empty' ({ROWS:,} of {ROWS:,} rows), 'half' ({ROWS // 2:,} of {ROWS:,} " \
+        "rows)." in text, text
+    assert text.endswith("or leave out the input(s) without a value in any row (excludeCols=['empty'])"), text
+
+
 def test_named_inputs_leave_the_rest_out_and_the_log_says_so(spark, mixed, tmp_path, caplog):
     from pyspark.sql import functions as F
 

@@ -165,16 +165,20 @@ def resolve(schema: Any, label: str, features_col: Optional[str] = None,
         for c in cols:
             if c not in types:
                 raise MissingColumnError(c, list(types), where=f"{where} ({param})")
+            if c == label:  # before its type: a string label named as an input is not a column to encode
+                raise SchemaError(f"column '{label}' is the label (labelCol) and also an input ({param}); a model "
+                                  f"cannot learn its label from itself. Fix: drop it from {param}")
             if column_kind(types[c]) not in kinds:
                 raise SchemaError(_bad_named(param, c, types[c]))
             named[c] = param
-    if label in named:
-        raise SchemaError(f"column '{label}' is the label (labelCol) and also an input ({named[label]}); "
-                          f"a model cannot learn its label from itself. Fix: drop it from {named[label]}")
     explicit = features_col is not None or (numeric is not None and categorical is not None)
     for c in exclude:  # a name that is not there is most likely a typo: the column it meant would be an input
         if c not in types:
             raise MissingColumnError(c, list(types), where=f"{where} (excludeCols)")
+        if c == label:
+            raise SchemaError(f"column '{label}' is the label (labelCol) and is in excludeCols, which leaves "
+                              f"columns out of the inputs; the label is never an input. Fix: drop it from "
+                              f"excludeCols, or set labelCol to the column to predict")
     excluded = set(exclude)
     out: Dict[str, List[str]] = {NUMERIC: list(numeric or []), CATEGORICAL: list(categorical or []),
                                  BLOCK: [features_col] if features_col else []}

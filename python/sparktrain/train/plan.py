@@ -306,10 +306,15 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = (), numer
         out["invalid"] = invalid
     usable = out["rows"] - out["null_labels"] - out.get("invalid_rows", 0)
     if usable <= 0:
+        worst = sorted(out.get("invalid", {}).items(), key=lambda kv: -kv[1])[:5]
+        named = (" The inputs with the most: " + ", ".join(f"'{c}' ({n:,} of {out['rows']:,} rows)" for c, n in worst)
+                 + "." if worst else "")
+        empty = [c for c, n in worst if n >= out["rows"]]  # no value in any row: nothing to learn from them
+        leave = f", or leave out the input(s) without a value in any row (excludeCols={empty!r})" if empty else ""
         raise DataError(f"no row of the DataFrame passed to fit() can be trained on: {out['rows']:,} row(s), "
                         f"{out['null_labels']:,} with a null label '{label}', {out.get('invalid_rows', 0):,} with "
-                        f"a null, NaN or infinite input (handleInvalid='{handle_invalid}'). Fix: pass labelled "
-                        f"rows with values in the input columns")
+                        f"a null, NaN or infinite input (handleInvalid='{handle_invalid}').{named} Fix: pass "
+                        f"labelled rows with values in the input columns{leave}")
     return out
 
 
