@@ -206,7 +206,9 @@ def test_a_float_label_of_whole_numbers_from_0_warns_that_auto_trains_a_regressi
 
 
 @pytest.mark.parametrize("expr, warns", [
-    ("IF(id % 2 = 0, '>50K', '<=50K') || IF(id % 10 = 1, ' ', '')", "'<=50K' (200 rows) and '<=50K ' (50 rows); each is a class of its own, so the model learns 3 classes where there may be 2"),
+    ("IF(id % 2 = 0, '>50K', '<=50K') || IF(id % 10 = 1, ' ', '')",
+     "'<=50K' (200 rows) and '<=50K ' (50 rows); each is a class of its own, so the model learns 3 classes where "
+     "there may be 2"),
     ("IF(id % 2 = 0, 'Yes', IF(id % 4 = 1, 'yes', 'no'))", "'Yes' (250 rows) and 'yes' (125 rows)"),
     ("IF(id % 2 = 0, 'a', 'b')", None),
 ])
