@@ -117,6 +117,59 @@ def test_no_trainable_row_under_skip_names_the_inputs_that_left_every_row_out(sp
     assert text.endswith("or leave out the input(s) without a value in any row (excludeCols=['empty'])"), text
 
 
+def test_inputs_far_from_unit_scale_are_warned_about_for_the_default_network(spark, mixed, tmp_path):
+    """Probe F: dollar-scale columns went into the default network raw, and the fit ended worse than predicting the
+    most common class, without a word.  The fingerprint's job measures each input's root mean square (a block's
+    over its elements); the default network's fit warns by name; a network of the user's own does not."""
+    import warnings
+
+    from pyspark.ml.feature import VectorAssembler
+    from pyspark.sql import functions as F
+
+    df = mixed.withColumn("dollars", (F.rand(7) * 5000).cast("decimal(10,2)"))
+    df = VectorAssembler(inputCols=["dollars", "amount"], outputCol="raw").transform(df)
+
+    def warned(est, frame):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            plan = est.plan(frame)
+        return plan, [str(w.message) for w in seen if "reach the network unscaled" in str(w.message)]
+
+    plan, texts = warned(_est(tmp_path, excludeCols=["id"], numericCols=["dollars", "amount", "flag"],
+                              featuresCol="raw"), df)
+    assert len(texts) == 1, texts
+    named = texts[0][len("input column(s) "):texts[0].index(" (root mean square)")]
+    assert named.startswith("'dollars' (2,") and ", 'raw' (2," in named and "amount" not in named, texts
+    assert "StandardScaler(withMean=True, withStd=True)" in texts[0]
+    fingerprint = plan.fingerprint["data"]["dataframe"]
+    assert "large_inputs" not in fingerprint  # a measurement, not content: a resumed run's data still matches
+    _, texts = warned(_est(tmp_path, excludeCols=["id", "dollars", "raw"]), df)
+    assert texts == []  # amount (up to 10), flag, features (-1..1)
+
+    est = _est(tmp_path, excludeCols=["id", "raw"])
+    est.setModelFactory(lambda inputs, model: None)  # never built: plan() trains nothing
+    assert warned(est, df)[1] == []
+
+
+def test_a_binary_model_worse_than_chance_is_warned_about():
+    """Probe F: a 1%-positive label after 3 epochs: val_auc 0.13, every prediction 0, and fit() said nothing."""
+    import warnings
+
+    from sparktrain.train.estimator import _warn_unlearned
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _warn_unlearned([{"train_auc": 0.3, "val_auc": 0.45}, {"train_auc": 0.19, "val_auc": 0.13}], "r1", 128, 0.001)
+        _warn_unlearned([{"train_auc": 0.61, "val_auc": 0.55}], "r2", 128, 0.001)  # learning: no word
+        _warn_unlearned([{"train_loss": 0.5, "val_loss": 0.6}], "r3", 128, 0.001)  # not binary: no AUC
+        _warn_unlearned([{"train_auc": 0.31}], "r4", 512, 0.01)  # no validation split: the training AUC
+    texts = [str(w.message) for w in seen]
+    assert len(texts) == 2, texts
+    assert texts[0].startswith("the model of run 'r1' ranks worse than chance after 2 epochs (val_auc 0.130)")
+    assert "learningRate (now 0.001)" in texts[0] and "batchSize (now 128)" in texts[0] and "runId='r1'" in texts[0]
+    assert texts[1].startswith("the model of run 'r4' ranks worse than chance after 1 epoch (train_auc 0.310)")
+
+
 def test_named_inputs_leave_the_rest_out_and_the_log_says_so(spark, mixed, tmp_path, caplog):
     from pyspark.sql import functions as F
 

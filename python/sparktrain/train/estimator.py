@@ -287,6 +287,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self.last_launch = result
         _check_finite(result.history, plan.run_id, self.getLearningRate())
         _warn_past_epochs(result.history, plan.run_id, plan.spec.optim.epochs)
+        _warn_unlearned(result.history, plan.run_id, self.getBatchSize(), self.getLearningRate())
         model = self.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result
         return model
@@ -359,6 +360,9 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         handle = self.getHandleInvalid()
         content = plan_mod.dataframe_fingerprint(df, label, blocks=frame.vectors, numeric=frame.numeric,
                                                  categorical=frame.categorical, handle_invalid=handle)
+        large = content.pop("large_inputs", {})
+        if large and self._model_factory is None:  # a network of the user's own may scale its inputs itself
+            _warn_large_inputs(large)
         data_fp = {"dataframe": content, "validation_fraction": frac}
         if handle != "error":  # which rows are trained on; left out of the default's fingerprint (older runs)
             data_fp["handle_invalid"] = handle
@@ -397,6 +401,32 @@ def _warn_past_epochs(history: Sequence[Dict[str, float]], run_id: str, epochs: 
                       f"returned its {len(history)}-epoch model, not trained back to {asked}. To train {asked} "
                       f"afresh, fit with a new runId (or unset runId: every fit() is then a new run)", UserWarning,
                       stacklevel=4)
+
+
+def _warn_unlearned(history: Sequence[Dict[str, float]], run_id: str, batch_size: int, learning_rate: float
+                    ) -> None:
+    """Warn when a binary model's last epoch ranks worse than chance (AUC below 0.5): it has not learned yet."""
+    last = dict(history[-1]) if history else {}
+    key = "val_auc" if "val_auc" in last else "train_auc"
+    auc = last.get(key)
+    if auc is None or not auc == auc or auc >= 0.5:
+        return
+    n = len(history)
+    warnings.warn(f"the model of run {run_id!r} ranks worse than chance after {n} epoch{'s' if n != 1 else ''} "
+                  f"({key} {auc:.3f}): it has not learned the label yet. On a small or imbalanced table that is "
+                  f"usually too few optimizer steps: raise epochs, or learningRate (now {learning_rate:g}), or "
+                  f"lower batchSize (now {batch_size}); fit again with runId={run_id!r} and more epochs to go on "
+                  f"from this model", UserWarning, stacklevel=4)
+
+
+def _warn_large_inputs(large: Dict[str, float]) -> None:
+    """Warn that inputs far from unit scale reach the default network as they are (it does not standardize)."""
+    named = ", ".join(f"'{c}' ({v:,.4g})" for c, v in sorted(large.items(), key=lambda kv: -kv[1]))
+    warnings.warn(f"input column(s) {named} (root mean square) reach the network unscaled; the default network "
+                  f"trains poorly on inputs far from unit scale, and may end worse than predicting the most common "
+                  f"class. Fix: standardize them in the Pipeline before the estimator (VectorAssembler, then "
+                  f"StandardScaler(withMean=True, withStd=True) into featuresCol), or rescale them in Spark (a log, "
+                  f"a division)", UserWarning, stacklevel=5)
 
 
 def _check_finite(history: Sequence[Dict[str, float]], run_id: str, learning_rate: float) -> None:

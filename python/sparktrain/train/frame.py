@@ -329,6 +329,35 @@ def value_aggregates(numeric: Sequence[str], categorical: Sequence[str], vectors
     return aggs
 
 
+#: an input whose root mean square is above this reaches the default network far from unit scale (warned about)
+LARGE_RMS = 100.0
+
+
+def magnitude_aggregates(numeric: Sequence[str], vectors: Sequence[str]) -> List[Any]:
+    """Aggregates that :func:`large_inputs` reads: each numeric input's and float block's root mean square
+    (over its finite values; a block's over all its elements)."""
+    from pyspark.sql import functions as F
+
+    def finite_square(x):
+        return F.when(~F.isnan(x) & (F.abs(x) < float("inf")), x * x)
+
+    aggs = [F.sqrt(F.avg(finite_square(F.col(quote(c)).cast("double")))).alias(f"__num{i}_rms")
+            for i, c in enumerate(numeric)]
+    for i, c in enumerate(vectors):
+        v = F.col(quote(c))
+        squares = F.aggregate(F.filter(v, lambda x: ~F.isnan(x) & (F.abs(x) < float("inf"))), F.lit(0.0),
+                              lambda acc, x: acc + x.cast("double") * x.cast("double"))
+        aggs.append(F.sqrt(F.avg(squares / F.size(v))).alias(f"__block{i}_rms"))
+    return aggs
+
+
+def large_inputs(row: Mapping[str, Any], numeric: Sequence[str], vectors: Sequence[str]) -> Dict[str, float]:
+    """``{column: root mean square}`` of the inputs of :func:`magnitude_aggregates` above :data:`LARGE_RMS`."""
+    found = {c: row.get(f"__num{i}_rms") for i, c in enumerate(numeric)}
+    found.update({c: row.get(f"__block{i}_rms") for i, c in enumerate(vectors)})
+    return {c: float(v) for c, v in found.items() if v is not None and v == v and v > LARGE_RMS}
+
+
 def check_values(row: Mapping[str, Any], numeric: Sequence[str], categorical: Sequence[str], rows: int,
                  handle_invalid: str = "error") -> Dict[str, int]:
     """``{column: rows with a null, NaN or infinite value}`` of the scalar inputs, from :func:`value_aggregates`.

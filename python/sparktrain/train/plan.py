@@ -279,11 +279,14 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = (), numer
     (:func:`sparktrain.train.frame.check_values`), which raise before anything
     is written; the widths come back under ``widths``, and with
     ``handle_invalid`` ``skip`` or ``keep`` the labelled rows with an invalid
-    input under ``invalid_rows`` (per column under ``invalid``).
+    input under ``invalid_rows`` (per column under ``invalid``).  Inputs far
+    from unit scale come back under ``large_inputs`` (their root mean square;
+    not content: take it out before fingerprinting).
     """
     from pyspark.sql import functions as F
 
-    from sparktrain.train.frame import block_aggregates, check_blocks, check_values, value_aggregates
+    from sparktrain.train.frame import (block_aggregates, check_blocks, check_values, large_inputs,
+                                        magnitude_aggregates, value_aggregates)
 
     y = F.col(quote(label))
     is_float = df.schema[label].dataType.simpleString() in ("float", "double")
@@ -292,8 +295,8 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = (), numer
             F.sum(y.isNull().cast("long")).alias("null_labels")]
     if is_float:
         aggs.append(F.sum((~y.isin(0.0, 1.0)).cast("long")).alias("not_01"))
-    row = df.agg(*aggs, *block_aggregates(blocks), *value_aggregates(numeric, categorical, blocks, label)
-                 ).first().asDict()
+    row = df.agg(*aggs, *block_aggregates(blocks), *value_aggregates(numeric, categorical, blocks, label),
+                 *magnitude_aggregates(numeric, blocks)).first().asDict()
     out: Dict[str, Any] = {"rows": int(row["rows"]), "null_labels": int(row["null_labels"] or 0),
                            "hash": str(row["hash"]), "schema": df.schema.simpleString()}
     if is_float:
@@ -304,6 +307,9 @@ def dataframe_fingerprint(df: Any, label: str, blocks: Sequence[str] = (), numer
     if handle_invalid != "error":
         out["invalid_rows"] = int(row.get("__invalid_rows") or 0)
         out["invalid"] = invalid
+    large = large_inputs(row, numeric, blocks)
+    if large:  # not content: the caller takes it out before the fingerprint
+        out["large_inputs"] = large
     usable = out["rows"] - out["null_labels"] - out.get("invalid_rows", 0)
     if usable <= 0:
         worst = sorted(out.get("invalid", {}).items(), key=lambda kv: -kv[1])[:5]
