@@ -222,8 +222,19 @@ class TuneError(SparktrainError, RuntimeError):
     """The hyperparameter search failed (e.g. every trial failed)."""
 
 
-class ConnectLostError(TuneError):
-    """The Spark Connect server stopped answering during a search: the search stopped, its finished trials kept."""
+class SearchStoppedError(TuneError):
+    """The search cannot go on: its Spark Connect server was lost, or the cluster no longer has the task slots a
+    trial needs.  The search stopped; its finished trials are kept and its running ones recorded as interrupted
+    (not counted against ``max_trials``), so the same search continues its study once the cause is fixed.
+
+    ``why`` is the cause alone (the message adds what happened to the search).
+    """
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(f"{why}. The search stopped: its finished trials are kept and the running ones recorded as "
+                         f"interrupted (they do not count against tune.max_trials). Once that is fixed, run the same "
+                         f"search again: an Optuna study continues where it stopped")
 
 
 class MissingDependencyError(SparktrainError, ImportError):

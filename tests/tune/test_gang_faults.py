@@ -149,3 +149,86 @@ def test_an_interrupted_distributed_search_stops_its_gang_before_it_raises(tmp_p
     assert 1 <= len(out["epochs"]) < out["planned"], out  # stopped mid-trial, not after all its epochs
     assert out["events_after"] == out["events_before"]  # no rank wrote anything after the raise
     assert "trial 1 was interrupted" in proc.stderr
+
+
+_CAPACITY_SCRIPT = r'''
+import glob, json, os, sys
+sys.path.insert(0, {python!r})
+from pyspark.sql import functions as F
+from sparktrain.config import parse_config
+from sparktrain.data.manifest import write_parquet
+from sparktrain.errors import SearchStoppedError
+from sparktrain.session import get_or_create_session
+from sparktrain.tune.search import run_search
+
+spark = get_or_create_session({master!r}, conf=json.loads({conf!r}))
+root = {root!r}
+df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
+                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
+df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
+write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
+write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+cfg = parse_config({{"data": {{"label": "label"}}, "tracking": {{"enabled": False}},
+    "train": {{"epochs": 400, "batch_size": 512, "num_workers": 2, "store": root + "/store", "seed": 2,
+              "stall_timeout_s": 20}},
+    "tune": {{"engine": "optuna", "sampler": "random", "pruner": "none", "study": "capacity", "mode": "distributed",
+             "max_trials": 3, "parallelism": 1, "space": {{"learning_rate": {{"loguniform": [1.0e-3, 3.0e-2]}}}}}}}})
+print("SEARCH", flush=True)
+try:
+    run_search(spark, cfg, root + "/ds")
+    out = {{"error": None}}
+except SearchStoppedError as exc:
+    out = {{"error": type(exc).__name__, "message": str(exc)}}
+import optuna
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+journal = JournalStorage(JournalFileBackend(root + "/store/_studies/capacity.journal"))
+out["trials"] = [(t.state.name, t.user_attrs.get("error", "")) for t in
+                 optuna.load_study(study_name="capacity", storage=journal).trials]
+print("RESULT", json.dumps(out), flush=True)
+'''
+
+
+@pytest.mark.cluster
+def test_a_search_that_loses_a_worker_stops_with_an_error_and_keeps_its_budget(tmp_path):
+    """Probe G: after a Worker died, every trial left failed at once on Spark's SPARK-24819 slot check, each one
+    counted against max_trials, so the persistent study was spent and its rerun refused.  Now the search waits a
+    bounded time for the slots, then stops with a SearchStoppedError that says so; the trial is recorded as
+    interrupted (not spent) and no other trial is started."""
+    import signal
+    import time
+
+    from sparktrain.data.run_store import RunStore
+    from tests.test_cluster import CLUSTER_CONF, start_standalone_cluster
+
+    cluster = start_standalone_cluster(tmp_path / "cluster")
+    try:
+        script = _CAPACITY_SCRIPT.format(python=str(REPO / "python"), master=cluster.master_url,
+                                         conf=json.dumps(CLUSTER_CONF), root=str(tmp_path))
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 400
+        trained = False
+        while time.monotonic() < deadline and not trained and proc.poll() is None:
+            runs = [p.name for p in (tmp_path / "store").glob("tune-*-t001")]
+            trained = bool(runs) and any(e["event"] == "epoch_finished"
+                                         for e in RunStore(str(tmp_path / "store"), runs[0]).read_events())
+            time.sleep(0.5)
+        assert trained, proc.communicate(timeout=60)
+        os.killpg(cluster.procs["worker1"].pid, signal.SIGKILL)  # the Worker JVM and its executor
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        cluster.stop()
+    lines = [json.loads(x.split(" ", 1)[1]) for x in out.splitlines() if x.startswith("RESULT ")]
+    assert lines, out[-3000:] + err[-6000:]
+    result = lines[0]
+    assert result["error"] == "SearchStoppedError", (result, err[-6000:])
+    assert "a trial needs: an executor was lost and not replaced" in result["message"] or \
+        "SPARK-24819" in result["message"], result
+    assert "run the same search again" in result["message"]
+    assert len(result["trials"]) == 1, result["trials"]  # no trial burnt on the missing slots
+    state, error = result["trials"][0]
+    assert state == "FAIL" and error.startswith("interrupted: "), result["trials"]  # not counted: it runs again
+    assert time.monotonic() - killed < 300

@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sparktrain._internal import spark_compat
 from sparktrain._internal.secrets import mask_value
-from sparktrain.errors import ConnectLostError
+from sparktrain.errors import SearchStoppedError
 from sparktrain.tune._channel import Watch
 from sparktrain.tune._engines import INTERRUPTED, Engine, HyperoptEngine
 from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, TrialRecord
@@ -228,7 +228,7 @@ class SearchLoop:
                     if not ended:
                         log.warning("trial %d: its Spark tasks still ran %.0f s after the cancel (job group %s)",
                                     trial.number, _INTERRUPT_WAIT_S, trial.group)
-                self._record_interrupted(running.values(), str(exc) if isinstance(exc, ConnectLostError)
+                self._record_interrupted(running.values(), exc.why if isinstance(exc, SearchStoppedError)
                                          else "the search was stopped (Ctrl-C)")
                 raise
         self.records.sort(key=lambda r: r.number)
@@ -315,7 +315,7 @@ class SearchLoop:
         seconds = time.time() - trial.started
         outcome: Optional[TrialOutcome] = None
         status, metric, error, tb = FINISHED, None, None, None
-        lost: Optional[BaseException] = None
+        stop: Optional[SearchStoppedError] = None
         try:
             outcome = fut.result()
         except Exception as exc:  # noqa: BLE001 - a failed trial is data, the search goes on
@@ -323,16 +323,14 @@ class SearchLoop:
 
             error, tb = _first_line(exc), "".join(_tb.format_exception(exc))
             status = FAILED
-            lost = spark_compat.connect_loss(self.spark, exc)
+            stop = _stops_the_search(self.spark, exc, trial.number)
         if self.pruning:
             self._poll_epochs(trial, final=True, history=list(outcome.history) if outcome else None)
             release = getattr(self.runner, "release", None)
             if release is not None:
                 release(trial.number)
-        if lost is not None:  # not the trial's fault: it runs again when the search continues
-            status = KILLED
-            error = (f"{INTERRUPTED} lost the Spark Connect server: it did not answer for "
-                     f"{spark_compat.CONNECT_RETRY_S} s ({spark_compat.error_summary(lost, 200)})")
+        if stop is not None:  # not the trial's fault: it runs again when the search continues
+            status, error = KILLED, f"{INTERRUPTED} {stop.why}"
         elif trial.cancelled_at is not None and (outcome is None or outcome.error is not None):
             status = KILLED
             error = (f"timed out after {self.timeout_s:g} s (tune.trial_timeout_s); Spark job group "
@@ -367,12 +365,8 @@ class SearchLoop:
         else:
             log.warning("trial %d %s after %.1f s: %s", trial.number, status.lower(), seconds, error)
         self.listener.on_finish(record)
-        if lost is not None:  # every other trial would wait for the same server: the search stops here
-            raise ConnectLostError(
-                f"lost the Spark Connect server during trial {trial.number}: it did not answer for "
-                f"{spark_compat.CONNECT_RETRY_S} s. The search stopped; its finished trials are kept and the "
-                f"interrupted ones are recorded as such. Once the server is back, run the same search again: an "
-                f"Optuna study continues where it stopped") from lost
+        if stop is not None:  # every other trial would meet the same cause: the search stops here
+            raise stop
 
     def _metric_of(self, outcome: TrialOutcome) -> Tuple[Optional[float], Optional[str]]:
         if self.metric in outcome.metrics:
@@ -401,6 +395,20 @@ class SearchLoop:
         if self.early_stop_trials is not None and self._since_best >= self.early_stop_trials:
             self._stop("early_stop_trials", f"early stop: no improvement of {self.metric} in the last "
                                             f"{self._since_best} trials", still_running)
+
+
+def _stops_the_search(spark, exc: BaseException, number: int) -> Optional[SearchStoppedError]:
+    """The error that stops the search, when a trial's failure is not the trial's own: a lost Spark Connect
+    server, or a cluster without the task slots a trial needs (the runner's :class:`SearchStoppedError`)."""
+    if isinstance(exc, SearchStoppedError):
+        return exc
+    lost = spark_compat.connect_loss(spark, exc)
+    if lost is None:
+        return None
+    stop = SearchStoppedError(f"lost the Spark Connect server during trial {number}: it did not answer for "
+                              f"{spark_compat.CONNECT_RETRY_S} s ({spark_compat.error_summary(lost, 200)})")
+    stop.__cause__ = lost
+    return stop
 
 
 def _first_line(exc: BaseException) -> str:

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Optional
 
 from sparktrain.config import JobConfig, TrainConfig
-from sparktrain.errors import ConfigError
+from sparktrain.errors import ConfigError, PreflightError, SearchStoppedError, TrainingError
 from sparktrain.tune._channel import SearchChannel, StoreWatch, Watch
 from sparktrain.tune._loop import TrialOutcome
 from sparktrain.tune._stage import TrialStage
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 PRUNE_WAIT_S = 10.0
 #: distributed trials on reused gangs (False: a barrier stage per trial, as before; bench/tune.py's baseline)
 REUSE_GANGS = True
+#: how long a distributed search whose trial failed waits for lost task slots to come back before it stops
+CAPACITY_WAIT_S = 30.0
 
 
 class ObjectiveRunner:
@@ -215,22 +217,30 @@ class DistributedRunner(_PlanRunner):
             if self.gangs is None:  # a gang's slots are held: the search's preflight covered them
                 preflight.run_all(self.spark, spec)
             plan_mod.record_run(plan)
+        except PreflightError as exc:
+            plan_mod.discard(spec.store, plan.run_id)
+            self._check_capacity(number, spec.num_workers, exc)
+            raise
         except BaseException:
             plan_mod.discard(spec.store, plan.run_id)
             raise
         t_plan = time.perf_counter() - t0
-        if self.gangs is None:
-            handlers = {}
-            if self.plan.channel is not None:  # this launch's own server answers the verdicts
-                handlers["verdict"] = self.plan.channel.on_verdict
-            result = launch(self.spark, spec, show_bar=False, handlers=handlers)
-        else:
-            gang = self._running[number] = self.gangs.acquire()
-            try:
-                result = gang.run(spec)
-            finally:
-                self._running.pop(number, None)
-                self.gangs.release(gang)
+        try:
+            if self.gangs is None:
+                handlers = {}
+                if self.plan.channel is not None:  # this launch's own server answers the verdicts
+                    handlers["verdict"] = self.plan.channel.on_verdict
+                result = launch(self.spark, spec, show_bar=False, handlers=handlers)
+            else:
+                gang = self._running[number] = self.gangs.acquire()
+                try:
+                    result = gang.run(spec)
+                finally:
+                    self._running.pop(number, None)
+                    self.gangs.release(gang)
+        except TrainingError as exc:
+            self._check_capacity(number, spec.num_workers, exc)
+            raise
         t_run = time.perf_counter() - t0
         model = est.model_from_plan(plan, result.model_bytes, result.history)
         model.launch = result
@@ -241,6 +251,32 @@ class DistributedRunner(_PlanRunner):
         gpus = tuple(a for r in sorted(result.devices) for a in (result.devices[r].get("addresses") or []))
         return TrialOutcome(metrics=last, history=history, model=model, objective_seconds=time.perf_counter() - t0,
                             gpus=gpus)
+
+    def _check_capacity(self, number: int, needed: int, exc: BaseException) -> None:
+        """After trial ``number`` failed: raise :class:`SearchStoppedError` when the cluster cannot run a trial's
+        ``needed`` tasks at once, so the search stops rather than fail every trial left at once (each one counted
+        against ``max_trials``).  Lost slots get :data:`CAPACITY_WAIT_S` to come back (a Worker starts a new
+        executor in seconds); a stage Spark refused for want of slots (SPARK-24819) stops the search at once."""
+        from sparktrain._internal import spark_compat
+
+        text = str(exc)
+        refused = "SPARK-24819" in text or "BarrierJobSlotsNumberCheckFailed" in text
+        deadline = time.monotonic() + CAPACITY_WAIT_S
+        while True:
+            total = spark_compat.max_concurrent_tasks(self.spark)
+            if total is None or (total >= needed and not refused):
+                return
+            if refused or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        waited = "" if refused else f" (after waiting {CAPACITY_WAIT_S:.0f} s for lost slots to come back)"
+        why = (f"Spark refused trial {number}'s barrier stage: the cluster has fewer free task slots than the "
+               f"{needed} (train.num_workers) it needs at once (SPARK-24819; {total} in all, some may still be held "
+               f"by a lost or frozen executor)" if refused else
+               f"the cluster can run {total} task(s) at once now{waited}, fewer than the {needed} "
+               f"(train.num_workers) a trial needs: an executor was lost and not replaced")
+        raise SearchStoppedError(f"{why}. Trial {number} failed with: {spark_compat.error_summary(exc, 200)}. Fix: "
+                                 f"add executors or free the slots other jobs hold") from exc
 
     def cancel(self, number: int, why: str = "timed out") -> None:
         """A timed-out or interrupted trial: cancel its gang's stage (its job group holds no job of the trial's)."""
