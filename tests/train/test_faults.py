@@ -329,3 +329,49 @@ def test_the_job_refuses_to_train_on_a_dataset_without_features_json(spark, smal
     assert "Run `sparktrain preprocess CONFIG`" in str(info.value) and "TorchEstimator(...).fit(path)" in \
         str(info.value)
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.torch
+def test_a_run_folder_deleted_mid_fit_is_said_and_recorded_again_so_the_run_still_resumes(spark, small, tmp_path,
+                                                                                          caplog):
+    """Probe G: `rm -rf` of the store mid-fit: the fit reported success without a word, the run had lost its
+    run.json (every later fit with its runId was refused, with a fix that could not work) and its lease file was
+    written again silently.  Now the fit warns, run.json is written again and the run resumes."""
+    import shutil
+    import threading
+    import time
+    import warnings
+
+    from sparktrain.data.run_store import RunStore
+    from sparktrain.train.estimator import TorchEstimator
+
+    store = tmp_path / "store"
+
+    def remove_after_an_epoch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if any(e["event"] == "epoch_finished" for e in RunStore(str(store), "gone").read_events()):
+                for _ in range(20):  # files may appear while it removes them
+                    shutil.rmtree(store, ignore_errors=True)
+                    if not store.exists():
+                        return
+                return
+            time.sleep(0.05)
+
+    est = TorchEstimator(numWorkers=1, epochs=12, batchSize=32, labelCol="label", store=str(store), runId="gone",
+                         checkpointEverySteps=50)
+    est.show_progress = False
+    remover = threading.Thread(target=remove_after_an_epoch, daemon=True)
+    remover.start()
+    with warnings.catch_warnings(record=True) as seen, caplog.at_level("WARNING", logger="sparktrain.data.lease"):
+        warnings.simplefilter("always")
+        model = est.fit(small)
+    remover.join()
+    assert len(model.history) == 12
+    texts = [str(w.message) for w in seen if "vanished from the store during the fit" in str(w.message)]
+    assert len(texts) == 1 and "runId='gone' still resumes" in texts[0], [str(w.message) for w in seen]
+    assert (store / "gone" / "run.json").exists()
+    resumed = TorchEstimator(numWorkers=1, epochs=13, batchSize=32, labelCol="label", store=str(store), runId="gone",
+                             checkpointEverySteps=50)
+    resumed.show_progress = False
+    assert len(resumed.fit(small).history) == 13  # resumed from the checkpoints written after the removal

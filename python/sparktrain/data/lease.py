@@ -125,6 +125,8 @@ class Lease:
         self.held = False
         #: Set when another job took the lease over while this one held it (its heartbeat was too old).
         self.lost = False
+        #: Set when the lease file was deleted under this job (it wrote it again, with a warning).
+        self.vanished = False
         self._created: List[str] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -246,6 +248,11 @@ class Lease:
             self.lost = True
             self._stop.set()
             return False
+        if current is None and not self.vanished:  # deleted under a live job: say so, then hold it again
+            self.vanished = True
+            log.warning("the lease file '%s' of %s '%s' was deleted while this job held it (its folder deleted or "
+                        "cleaned up by someone else?); this job holds it again", _masked(self.path), self.what,
+                        _masked(self.target))
         _fs.write_atomic(self.fs, self.inner, json.dumps(self.body()).encode())
         return True
 

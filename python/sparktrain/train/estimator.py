@@ -285,6 +285,14 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             raise
         result.plan_s = planned
         self.last_launch = result
+        if plan_mod.ensure_recorded(plan):
+            from sparktrain.data.run_store import RunStore
+
+            warnings.warn(f"run {plan.run_id}'s run.json vanished from the store during the fit (was its folder "
+                          f"{RunStore(plan.spec.store, plan.run_id).uri()} deleted or cleaned up by another job?): "
+                          f"the checkpoints and events written before that are lost. run.json was written again, "
+                          f"so fitting with runId={plan.run_id!r} still resumes, from the checkpoints written "
+                          f"since", UserWarning, stacklevel=4)
         _check_finite(result.history, plan.run_id, self.getLearningRate())
         _warn_past_epochs(result.history, plan.run_id, plan.spec.optim.epochs)
         _warn_unlearned(result.history, plan.run_id, self.getBatchSize(), self.getLearningRate())

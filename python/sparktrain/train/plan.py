@@ -101,9 +101,23 @@ def record_run(plan: TrainingPlan) -> None:
     """Write ``run.json`` for a new run (the store's marker that sparktrain owns the folder)."""
     if plan.resume:
         return
+    _write_run(plan)
+
+
+def _write_run(plan: TrainingPlan) -> None:
     body = {"run_id": plan.run_id, "created_at": time.time(), "fingerprint": plan.fingerprint,
             "dataset": plan.dataset, "framework": plan.spec.framework}
     RunStore(plan.spec.store, plan.run_id).write_run(mask_strings(body))  # a dataset URI's password stays out
+
+
+def ensure_recorded(plan: TrainingPlan) -> bool:
+    """After a fit: write ``run.json`` again when it vanished during the fit (the run's folder deleted or cleaned
+    by someone else), so the run stays resumable from the checkpoints written since; True when it had to."""
+    run = RunStore(plan.spec.store, plan.run_id)
+    if run.read_run() is not None:
+        return False
+    _write_run(plan)
+    return True
 
 
 def discard(store: str, run_id: str) -> None:
