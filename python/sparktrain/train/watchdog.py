@@ -150,9 +150,12 @@ class StallWatchdog:
             if age >= every and now - self._warned.get(r, 0.0) >= every:
                 self._warned[r] = now
                 s = states[r]
+                second = self.asked.get(r) in ("RUNNING", "PENDING")  # silent, with its task alive: see _blame
                 log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); the fit stops at %.0f s "
-                            "(stallTimeout)", r, s.get("host", "?"), age, s.get("epoch"), s.get("step"),
-                            s.get("phase", "starting"), self.timeout)
+                            "(%s)", r, s.get("host", "?"), age, s.get("epoch"), s.get("step"),
+                            s.get("phase", "starting"), self.timeout * (2 if second else 1),
+                            "2 x stallTimeout: Spark reports its task " + self.asked[r].lower() if second
+                            else "stallTimeout")
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll):
