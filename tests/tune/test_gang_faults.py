@@ -33,11 +33,11 @@ df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
 write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
 write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
 
-def search(name, fault, **tune):
+def search(name, fault, stall=120, **tune):
     os.environ["SPARKTRAIN_FAULT_INJECT"] = fault
     cfg = parse_config({{"data": {{"label": "label"}}, "tracking": {{"enabled": False}},
         "train": {{"epochs": 1, "batch_size": 512, "num_workers": 2, "store": root + "/store", "seed": 2,
-                  "checkpoint_every_steps": 2, "stall_timeout_s": 120}},
+                  "checkpoint_every_steps": 2, "stall_timeout_s": stall}},
         "tune": {{"mode": "distributed", "max_trials": 4, "parallelism": 1, "algo": "random",
                  "space": {{"learning_rate": {{"loguniform": [1.0e-3, 3.0e-2]}}, "epochs": {{"choice": [1, 2]}}}},
                  **tune}}}})
@@ -54,6 +54,7 @@ def search(name, fault, **tune):
 search("warm", "")  # the Python workers import torch once
 search("dead", "1:1:3:exit")  # rank 1's worker dies in epoch 2 of a 2-epoch trial (first attempt only)
 search("hang", "1:1:3:hang", trial_timeout_s=20)  # rank 1 blocks for good in epoch 2 of a 2-epoch trial
+search("stall", "1:1:3:hang", stall=8)  # the same, caught by the stall watchdog
 '''
 
 
@@ -64,7 +65,7 @@ def test_a_dead_rank_resumes_its_trial_and_a_hung_trial_is_killed(tmp_path):
                           check=False)
     results = {line.split()[1]: json.loads(line.split(" ", 2)[2]) for line in proc.stdout.splitlines()
                if line.startswith("RESULT ")}
-    assert set(results) == {"warm", "dead", "hang"}, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert set(results) == {"warm", "dead", "hang", "stall"}, proc.stdout[-3000:] + proc.stderr[-6000:]
     # seed 2 draws epochs 1, 2, 1, 1: trial 2 is the one the fault hits
     assert [t["epochs"] for t in results["dead"]] == [1, 2, 1, 1]
     dead = {t["number"]: t for t in results["dead"]}
@@ -75,6 +76,11 @@ def test_a_dead_rank_resumes_its_trial_and_a_hung_trial_is_killed(tmp_path):
     assert hang[2]["status"] == "KILLED" and "timed out after 20 s" in hang[2]["error"], hang
     assert "gang" in hang[2]["error"]
     assert hang[3]["status"] == hang[4]["status"] == "FINISHED"  # on a new gang
+    # probe G: the stalled rank is named, not its waiting peer's gloo error (which came first and was raised)
+    stall = {t["number"]: t for t in results["stall"]}
+    assert stall[2]["status"] == "FAILED" and "TrainingStalledError" in stall[2]["error"], stall[2]
+    assert "rank 1 made no progress" in stall[2]["error"], stall[2]
+    assert stall[3]["status"] == stall[4]["status"] == "FINISHED"
 
 
 _INTERRUPT_SCRIPT = r'''

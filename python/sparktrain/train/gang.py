@@ -217,6 +217,8 @@ class Gang:
                                 rank=root.get("rank"), host=root.get("host"),
                                 remote_traceback=root.get("traceback", ""))
         failed = [r["error"] for r in trial.results.values() if not r.get("ok")]
+        if len(trial.results) < self.n and watchdog.stalled is not None:  # the stalled rank, not its peers' gloo
+            raise TrainingStalledError(watchdog.stalled, spec.failure.stall_timeout_s) from self.error
         if len(trial.results) < self.n and failed:  # the gang was stopped for it: its own error, not the cancel
             first = _root_cause(spec) or min(failed, key=lambda e: e.get("rank", 0))
             # a rank whose Python worker died reports nothing: its peers' "connection closed" must not be blamed
@@ -226,8 +228,6 @@ class Gang:
             raise TrainingError(first.get("message", "worker failed"), rank=first.get("rank"),
                                 host=first.get("host"), remote_traceback=first.get("traceback", ""))
         if len(trial.results) < self.n:  # the stage ended under the trial
-            if watchdog.stalled is not None:
-                raise TrainingStalledError(watchdog.stalled, spec.failure.stall_timeout_s) from self.error
             failed = [r["error"] for r in trial.results.values() if not r.get("ok")]
             cause = self.error or RuntimeError(f"gang {self.id} ended")
             if self.killed and not failed:
