@@ -215,10 +215,16 @@ def test_a_finished_run_fitted_with_fewer_epochs_warns_and_returns_its_model(spa
         est.show_progress = False
         return est.fit(dataset)
 
+    from sparktrain.data.run_store import RunStore
+
     trained = fit(2)
+    events = RunStore(str(tmp_path / "store"), "done-2").read_events()
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # the same epochs again: the same model, no warning
-        assert fit(2).history == trained.history
+        again = fit(2)
+    assert again.history == trained.history and again.launch.attempts == 0
+    # returned from the store: no barrier stage started (probe G: it launched the ranks, which found nothing to do)
+    assert RunStore(str(tmp_path / "store"), "done-2").read_events() == events
     with pytest.warns(UserWarning) as caught:
         fewer = fit(1)
     assert len(fewer.history) == 2 and fewer.history == trained.history

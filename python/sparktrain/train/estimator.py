@@ -267,23 +267,12 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         t0 = time.perf_counter()
         spark = _session_for(dataset)
         plan = self.plan(dataset, run_id=run_id)
-        try:
-            preflight.run_all(spark, plan.spec)
-            plan_mod.record_run(plan)
-        except BaseException:
-            if not plan.resume:
-                plan_mod.discard(plan.spec.store, plan.run_id)
-            raise
-        log.info("training %s (%s) with %d workers, %s run %s, task %s; inputs: %s", self._framework,
-                 plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new", plan.run_id,
-                 plan.inputs.task, describe_inputs(plan.inputs, plan.unused))
-        planned = time.perf_counter() - t0
-        try:
-            result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
-        except TrainingError as exc:  # the run to resume, in the message and on the error
-            exc.name_run(plan.run_id)
-            raise
-        result.plan_s = planned
+        result = _finished(plan) if plan.resume else None
+        if result is not None:  # nothing to train: no preflight, no barrier stage
+            log.info("run %s already trained %d epoch(s) (epochs=%d): its saved model is returned without "
+                     "training", plan.run_id, len(result.history), plan.spec.optim.epochs)
+        else:
+            result = self._launch(spark, plan, t0)
         self.last_launch = result
         if plan_mod.ensure_recorded(plan):
             from sparktrain.data.run_store import RunStore
@@ -340,6 +329,27 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             optimizer_factory=pickled(self._optimizer_factory),
             env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")}, python=sys.executable)
 
+    def _launch(self, spark: Any, plan: Any, t0: float) -> LaunchResult:
+        """Preflight, record and train ``plan`` (``t0``: when fit started, for the planning time)."""
+        try:
+            preflight.run_all(spark, plan.spec)
+            plan_mod.record_run(plan)
+        except BaseException:
+            if not plan.resume:
+                plan_mod.discard(plan.spec.store, plan.run_id)
+            raise
+        log.info("training %s (%s) with %d workers, %s run %s, task %s; inputs: %s", self._framework,
+                 plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new", plan.run_id,
+                 plan.inputs.task, describe_inputs(plan.inputs, plan.unused))
+        planned = time.perf_counter() - t0
+        try:
+            result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
+        except TrainingError as exc:  # the run to resume, in the message and on the error
+            exc.name_run(plan.run_id)
+            raise
+        result.plan_s = planned
+        return result
+
     def _dataframe_input(self, df: Any, store: str, run_id: str, stored: Optional[Dict[str, Any]]
                          ) -> Tuple[str, Optional[str], Dict[str, Any], Dict[str, Any], FrameInputs]:
         """Check, fingerprint and (unless this run already holds it) materialize a DataFrame input.
@@ -395,6 +405,25 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             invalid=invalid_row(frame.numeric, frame.categorical, frame.vectors) if handle != "error" else None,
             invalid_rows=content.get("invalid_rows", 0), invalid_cols=content.get("invalid"))
         return train_path, val_path, data_fp, entry, frame
+
+
+def _finished(plan: Any) -> Optional[LaunchResult]:
+    """The saved model of a resumed run that already trained ``epochs`` or more, for the same inputs and
+    framework; None when there is training to do (or no complete saved model)."""
+    import json
+
+    from sparktrain.data.run_store import RunStore
+
+    try:
+        model_bytes, written = RunStore(plan.spec.store, plan.run_id).read_network()
+    except Exception:  # noqa: BLE001 - none saved (or unreadable): the launch trains or resumes
+        return None
+    history = list(written.get("history") or [])
+    same = (written.get("framework") == plan.spec.framework
+            and written.get("inputs") == json.loads(json.dumps(plan.spec.inputs.to_dict())))
+    if not same or len(history) < plan.spec.optim.epochs:
+        return None
+    return LaunchResult(history=history, model_bytes=model_bytes, param_digests={}, attempts=0, seconds=0.0)
 
 
 def _warn_past_epochs(history: Sequence[Dict[str, float]], run_id: str, epochs: int) -> None:

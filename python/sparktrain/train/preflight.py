@@ -35,7 +35,9 @@ def check_slots(spark, num_workers: int) -> None:
             f"numWorkers = {num_workers}, but the cluster can run only {slots} task(s) at once "
             f"(master {mask_value(spark_compat.master(spark))}). Barrier mode needs all ranks at the same time: lower "
             f"numWorkers (train.num_workers) to <= {slots}, or add slots (local[{num_workers}] locally; "
-            "spark.executor.instances x spark.executor.cores / spark.task.cpus on a cluster).")
+            "spark.executor.instances x spark.executor.cores / spark.task.cpus on a cluster). On a shared "
+            "cluster other applications may hold the rest of its cores: this application got executors for "
+            f"{slots} task(s) (see spark.cores.max and the master's UI).")
 
 
 def check_dynamic_allocation(spark) -> None:
