@@ -170,6 +170,20 @@ def test_a_binary_model_worse_than_chance_is_warned_about():
     assert texts[1].startswith("the model of run 'r4' ranks worse than chance after 1 epoch (train_auc 0.310)")
 
 
+@pytest.mark.slow  # ~50 s here: Spark plans the fingerprint's ~1,800 aggregates of 600 columns
+def test_a_dataframe_of_600_float_columns_is_planned(spark, tmp_path):
+    """Probe H: 600 float columns (no VectorAssembler) failed with a raw java.lang.StackOverflowError: the
+    'any input invalid' flag was a chain of 600 ORs, as deep as the column count, which Spark's analyser walks
+    recursively.  It is a balanced tree now (depth 10)."""
+    from pyspark.sql import functions as F
+
+    cols = [(F.rand(i) * 2 - 1).cast("float").alias(f"c{i}") for i in range(600)]
+    df = spark.range(200).select(*cols).withColumn("label", (F.col("c0") + F.col("c599") > 0).cast("double"))
+    plan = _est(tmp_path, validationFraction=0.0).plan(df)
+    assert plan.inputs.numeric_width == 600 and plan.inputs.numeric[-1] == "c599"
+    assert spark.read.parquet(plan.train_path).count() == 200
+
+
 def test_named_inputs_leave_the_rest_out_and_the_log_says_so(spark, mixed, tmp_path, caplog):
     from pyspark.sql import functions as F
 

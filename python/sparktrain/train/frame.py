@@ -307,11 +307,18 @@ def _invalid(c: str, kind: str) -> Any:
 
 def invalid_row(numeric: Sequence[str], categorical: Sequence[str], vectors: Sequence[str]) -> Any:
     """A Column, true for a row with a null, NaN or infinite input (``handleInvalid`` skips those); None if none."""
-    from functools import reduce
-
     parts = [_invalid(c, NUMERIC) for c in numeric] + [_invalid(c, CATEGORICAL) for c in categorical]
     parts += [_invalid(c, BLOCK) for c in vectors]
-    return reduce(lambda a, b: a | b, parts) if parts else None
+    return any_of(parts) if parts else None
+
+
+def any_of(parts: Sequence[Any]) -> Any:
+    """``parts[0] | parts[1] | ...`` as a balanced tree: a chain as deep as a wide table's column count
+    overflowed the JVM's stack when Spark analysed it (600 columns)."""
+    if len(parts) == 1:
+        return parts[0]
+    mid = len(parts) // 2
+    return any_of(parts[:mid]) | any_of(parts[mid:])
 
 
 def value_aggregates(numeric: Sequence[str], categorical: Sequence[str], vectors: Sequence[str],
