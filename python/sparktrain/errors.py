@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 
 class SparktrainError(Exception):
@@ -106,6 +106,27 @@ class ColumnClashError(SchemaError):
     def __init__(self, columns: Iterable[str], where: str, adder: str, fix: str = "drop or rename them") -> None:
         self.columns = list(columns)
         super().__init__(f"{where} already has column(s) {', '.join(self.columns)} that {adder} adds; {fix}")
+
+
+class DuplicateColumnError(SchemaError):
+    """A DataFrame has two columns of one name (a join's both sides), so no column of that name can be read."""
+
+    def __init__(self, names: Sequence[str], where: str) -> None:
+        self.names = list(names)
+        listed = ", ".join(f"'{n}'" for n in self.names)
+        super().__init__(f"{where} has more than one column named {listed} (a join keeps both sides' columns), so "
+                         f"Spark cannot tell which to read. Fix: rename one side before the join "
+                         f"(df.withColumnRenamed('{self.names[0]}', ...), or col(...).alias(...)), or drop it")
+
+    @classmethod
+    def check(cls, columns: Sequence[str], where: str) -> None:
+        """Raise for the names ``columns`` holds more than once."""
+        seen: Dict[str, int] = {}
+        for c in columns:
+            seen[c] = seen.get(c, 0) + 1
+        dups = [c for c, n in seen.items() if n > 1]
+        if dups:
+            raise cls(dups, where)
 
 
 class DataError(SparktrainError, ValueError):
@@ -421,10 +442,17 @@ class LeaseHeldError(SparktrainError, RuntimeError):
         self.what, self.target, self.lease = what, target, lease
         self.holder = dict(holder)
         self.age, self.stale_after = age, stale_after
+        import os
+        import socket
+
         who = (f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, started "
                f"{holder.get('started_at', '?')}")
+        mine = holder.get("pid") == os.getpid() and holder.get("host") in (socket.gethostname(), None)
+        job = "another job in this process (a fit or search in another thread)" if mine else "another job"
+        named = (f"runId '{target.rstrip('/').rsplit('/', 1)[-1]}' (run folder {mask_value(target)})"
+                 if what == "runId" else f"{what} '{mask_value(target)}'")
         super().__init__(
-            f"{what} '{mask_value(target)}' is in use by another job ({who}; last heartbeat {age:.0f} s ago), so "
+            f"{named} is in use by {job} ({who}; last heartbeat {age:.0f} s ago), so "
             f"this job was refused and wrote nothing. Fix: wait for that job to finish, or use another {what}. If "
             f"that job is gone (killed, its host lost), its lease is taken over automatically once it has sent no "
             f"heartbeat for {stale_after:.0f} s; to take over at once, "

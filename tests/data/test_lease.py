@@ -46,8 +46,8 @@ def test_a_second_claim_in_the_same_process_is_refused_and_the_first_unaffected(
             with claim(target, "output.path"):
                 pytest.fail("the second job must not run")
         text = str(err.value)
-        assert f"output.path '{target}' is in use by another job (host {socket.gethostname()}, pid {os.getpid()}, " \
-               f"started {first.started_at};" in text
+        assert f"output.path '{target}' is in use by another job in this process (a fit or search in another " \
+               f"thread) (host {socket.gethostname()}, pid {os.getpid()}, started {first.started_at};" in text
         assert "Fix: wait for that job to finish, or use another output.path" in text
         assert f"delete the lease file '{first.path}'" in text and "taken over automatically" in text
         assert err.value.holder["pid"] == os.getpid()
@@ -66,8 +66,8 @@ def test_a_second_process_is_refused(tmp_path):
     with claim(target, "runId") as held:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
         assert proc.returncode == 3, proc.stderr[-2000:]
-        assert f"runId '{target}' is in use by another job (host {socket.gethostname()}, pid {os.getpid()}" \
-            in proc.stdout
+        assert f"runId 'named' (run folder {target}) is in use by another job (host {socket.gethostname()}, pid " \
+               f"{os.getpid()}" in proc.stdout  # another process: not "in this process"
         assert held.heartbeat()  # still ours
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "claimed", proc.stderr[-2000:]
@@ -154,7 +154,8 @@ def test_fit_on_a_claimed_run_is_refused_before_anything(tmp_path):
     store = str(tmp_path / "store")
     est = TorchEstimator(labelCol="y", store=store, runId="nightly")
     with RunStore(store, "nightly").claim():
-        with pytest.raises(LeaseHeldError, match=r"runId '.*store/nightly' is in use by another job"):
+        with pytest.raises(LeaseHeldError,
+                           match=r"runId 'nightly' \(run folder .*store/nightly\) is in use by another job"):
             est.fit(str(tmp_path / "no-such-dataset"))  # refused before the dataset is even looked at
     assert list(tmp_path.iterdir()) == []  # no run folder; the store folder the claim made went with it
 
@@ -209,8 +210,10 @@ def test_a_lease_in_s3_is_a_conditional_create_refusing_a_second_claim(s3):
         with pytest.raises(LeaseHeldError) as err:
             claim(target, "runId").acquire()
         # messages mask secrets: the throwaway access key 'sparktrain-test' is part of the bucket's name
-        assert f"runId '{mask_value(target)}' is in use by another job (host {socket.gethostname()}, " \
-               f"pid {os.getpid()}, started {first.started_at};" in str(err.value)
+        name = target.rstrip("/").rsplit("/", 1)[-1]
+        assert f"runId '{name}' (run folder {mask_value(target)}) is in use by another job in this process (a fit " \
+               f"or search in another thread) (host {socket.gethostname()}, pid {os.getpid()}, started " \
+               f"{first.started_at};" in str(err.value)
         assert f"delete the lease file '{mask_value(lease_path(target))}'" in str(err.value)
         assert json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())["holder"]["token"] == first.token
         assert first.heartbeat() and not first.lost
@@ -288,7 +291,7 @@ def test_a_fit_with_its_store_in_s3_claims_and_releases_its_run_lease(spark, s3,
     store = s3.prefix("store")
     est = TorchEstimator(labelCol="y", store=store, runId="nightly")
     with RunStore(store, "nightly").claim():  # another job holds the run: refused, nothing written
-        with pytest.raises(LeaseHeldError, match=r"runId '.*/nightly' is in use by another job"):
+        with pytest.raises(LeaseHeldError, match=r"runId 'nightly' \(run folder .*/nightly\) is in use by another job"):
             est.fit(str(tmp_path / "no-such-dataset"))
     assert s3.keys(store) == []
     with pytest.raises(Exception) as err:  # claimed, then failed on the dataset: the lease is released

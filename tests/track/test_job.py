@@ -284,6 +284,15 @@ def test_spark_model_keeps_every_raw_column_and_loads_back_as_it_scores(job, spa
     np.testing.assert_allclose(got["probability"], a["probability"], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(got["prediction"], a["prediction"])
     assert got["probability"].std() > 0.01
+    # probe H: a column of the user's named like score_dataframe's temporary one is kept; a join's duplicate
+    # columns are refused by name (Spark's raw AMBIGUOUS_REFERENCE before)
+    from sparktrain.errors import DuplicateColumnError
+
+    mine = score_dataframe(spark, raw.withColumn("__sparktrain_scores", F.lit("user data")), uri)
+    assert mine.columns == [*raw.columns, "__sparktrain_scores", "prediction", "probability"]
+    assert {r[0] for r in mine.select("__sparktrain_scores").distinct().collect()} == {"user data"}
+    with pytest.raises(DuplicateColumnError, match="has more than one column named 'dep_delay'"):
+        score_dataframe(spark, raw.join(raw.select("flight_id", "dep_delay"), "flight_id"), uri)
     # score_dataframe's Spark path (a model with a text feature) is the same model: raw columns, signature outputs
     piped = score_with_pipeline(model, raw, [("prediction", "double"), ("probability", "double")])
     assert piped.columns == [*raw.columns, "prediction", "probability"]

@@ -184,6 +184,30 @@ def test_a_dataframe_of_600_float_columns_is_planned(spark, tmp_path):
     assert spark.read.parquet(plan.train_path).count() == 200
 
 
+def test_a_join_s_duplicate_columns_and_an_input_named_like_an_output_are_refused_by_name(spark, mixed, tmp_path):
+    """Probe H: duplicate names from a join ended in Spark's raw AMBIGUOUS_REFERENCE; a leftover 'prediction'
+    column was trained on as an input, and the model then could not score the DataFrame it was fitted on."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.errors import DuplicateColumnError
+
+    joined = mixed.join(mixed.select("id", "flag", "amount"), "id")
+    with pytest.raises(DuplicateColumnError) as dup:
+        _est(tmp_path).plan(joined)
+    assert dup.value.names == ["flag", "amount"]
+    assert str(dup.value).startswith("the DataFrame passed to fit() has more than one column named 'flag', "
+                                     "'amount' (a join keeps both sides' columns)")
+    leftover = mixed.withColumn("prediction", F.rand(1))
+    with pytest.raises(SchemaError) as out:
+        _est(tmp_path, excludeCols=["id"]).plan(leftover)
+    assert str(out.value).startswith("column 'prediction' of the DataFrame passed to fit() would be an input, but "
+                                     "the model adds a column of that name (predictionCol)")
+    assert "excludeCols=['prediction']" in str(out.value)
+    plan = _est(tmp_path, excludeCols=["id"], predictionCol="pred").plan(leftover)  # the other fix
+    assert "prediction" in plan.inputs.numeric
+    assert not any((tmp_path / "store").glob("*/run.json"))
+
+
 def test_named_inputs_leave_the_rest_out_and_the_log_says_so(spark, mixed, tmp_path, caplog):
     from pyspark.sql import functions as F
 

@@ -24,8 +24,8 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from sparktrain._internal.secrets import mask_value
-from sparktrain.errors import (ColumnClashError, ConfigError, DatasetNotFoundError, MissingColumnError,
-                               TrackingError)
+from sparktrain.errors import (ColumnClashError, ConfigError, DatasetNotFoundError, DuplicateColumnError,
+                               MissingColumnError, TrackingError)
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,7 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
     from sparktrain._internal.spark_compat import try_cast
 
     inputs, outputs = signature
+    DuplicateColumnError.check(df.columns, where)
     for name, _ in inputs:
         if name not in df.columns:
             raise MissingColumnError(name, df.columns, where=f"{where} (model {named} reads it)",
@@ -229,6 +230,8 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
     udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=result_type, env_manager="local")
     args = F.struct(*[try_cast(n, _spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
     tmp = "__sparktrain_scores"
+    while tmp in df.columns:  # a column of the user's by that name is kept, not overwritten
+        tmp += "_"
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
 
 

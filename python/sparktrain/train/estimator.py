@@ -22,7 +22,7 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import RunMismatchError, TrainingError
+from sparktrain.errors import RunMismatchError, SchemaError, TrainingError
 from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
@@ -329,6 +329,18 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             optimizer_factory=pickled(self._optimizer_factory),
             env={k: v for k, v in os.environ.items() if k.startswith("SPARKTRAIN_")}, python=sys.executable)
 
+    def _check_output_names(self, frame: FrameInputs) -> None:
+        """Refuse an input named like a column the model adds: it could not score the DataFrame it was fitted on
+        (a previous model's ``prediction`` left in the DataFrame, typically)."""
+        outputs = {p: self.getOrDefault(p) for p in ("predictionCol", "probabilityCol", "rawPredictionCol")}
+        for column in (*frame.numeric, *frame.categorical, *frame.vectors):
+            param = next((p for p, name in outputs.items() if name and name == column), None)
+            if param is not None:
+                raise SchemaError(f"column '{column}' of the DataFrame passed to fit() would be an input, but the "
+                                  f"model adds a column of that name ({param}), so it could not score this "
+                                  f"DataFrame. Fix: leave it out with excludeCols=['{column}'] (an earlier model's "
+                                  f"output?), or set {param} to another name")
+
     def _launch(self, spark: Any, plan: Any, t0: float) -> LaunchResult:
         """Preflight, record and train ``plan`` (``t0``: when fit started, for the planning time)."""
         try:
@@ -372,6 +384,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
                               numeric=self.getNumericCols() if self.isDefined(self.numericCols) else None,
                               categorical=self.getCategoricalCols() if self.isDefined(self.categoricalCols) else None,
                               exclude=self.getExcludeCols())
+        self._check_output_names(frame)
         decision = plan_mod.dataframe_label(df, label, self.getTask())
         frac = self.getValidationFraction()
         df = frame.frame(df, label)

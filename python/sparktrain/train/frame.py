@@ -40,7 +40,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from sparktrain.errors import DataError, MissingColumnError, SchemaError
+from sparktrain.errors import DataError, DuplicateColumnError, MissingColumnError, SchemaError
 from sparktrain.features._sql import quote
 from sparktrain.train.inputs import unusable_columns
 
@@ -156,8 +156,9 @@ def resolve(schema: Any, label: str, features_col: Optional[str] = None,
         A named column has a type its Param cannot take, or columns are unusable (one error names
         them all), or nothing is left to learn from.
     """
-    types = {f.name: f.dataType for f in schema.fields}
     where = "the DataFrame passed to fit()"
+    DuplicateColumnError.check([f.name for f in schema.fields], where)
+    types = {f.name: f.dataType for f in schema.fields}
     named: Dict[str, str] = {}
     for param, cols, kinds in (("featuresCol", [features_col] if features_col else [], (BLOCK,)),
                                ("numericCols", numeric or [], (NUMERIC, CATEGORICAL)),
