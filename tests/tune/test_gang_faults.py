@@ -15,6 +15,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.torch, pytest.mark.slow]  # ~70 s: a session of its own and three searches
 
+_DATA = r'''
+df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
+                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
+df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
+write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
+write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+'''.strip()  # the searches' dataset, written by each script's session
+
 _SCRIPT = r'''
 import json, os, sys
 sys.path.insert(0, {python!r})
@@ -27,11 +35,7 @@ from sparktrain.tune.search import run_search
 
 spark = get_or_create_session("local[2,2]", conf={{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}})
 root = {root!r}
-df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
-                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
-df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
-write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
-write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+{data}
 
 def search(name, fault, stall=120, **tune):
     os.environ["SPARKTRAIN_FAULT_INJECT"] = fault
@@ -59,7 +63,7 @@ search("stall", "1:1:3:hang", stall=8)  # the same, caught by the stall watchdog
 
 
 def test_a_dead_rank_resumes_its_trial_and_a_hung_trial_is_killed(tmp_path):
-    script = _SCRIPT.format(python=str(REPO / "python"), root=str(tmp_path))
+    script = _SCRIPT.format(python=str(REPO / "python"), root=str(tmp_path), data=_DATA)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=1200,
                           check=False)
@@ -95,11 +99,7 @@ from sparktrain.tune.search import run_search
 
 spark = get_or_create_session("local[2]", conf={{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}})
 root = {root!r}
-df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
-                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
-df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
-write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
-write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+{data}
 EPOCHS = 60
 
 def events(folder):
@@ -143,7 +143,7 @@ def test_an_interrupted_distributed_search_stops_its_gang_before_it_raises(tmp_p
     """Ctrl-C during a trial on a reused gang: the gang's stage (in a job group of its own, not the trial's) is
     cancelled and its tasks have ended when KeyboardInterrupt reaches the caller. Before, the search waited for
     the running trial to train all its epochs, and only then closed the gang."""
-    script = _INTERRUPT_SCRIPT.format(python=str(REPO / "python"), root=str(tmp_path))
+    script = _INTERRUPT_SCRIPT.format(python=str(REPO / "python"), root=str(tmp_path), data=_DATA)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900,
                           check=False)
@@ -169,11 +169,7 @@ from sparktrain.tune.search import run_search
 
 spark = get_or_create_session({master!r}, conf=json.loads({conf!r}))
 root = {root!r}
-df = spark.range(20000).select("id", (F.rand(3) * 2 - 1).cast("float").alias("x1"),
-                               (F.rand(4) * 2 - 1).cast("float").alias("x2"))
-df = df.withColumn("label", (F.col("x1") + 0.5 * F.col("x2")) > 0.1)
-write_parquet(df.where("id % 5 > 0").drop("id").coalesce(1), root + "/ds/train")
-write_parquet(df.where("id % 5 = 0").drop("id").coalesce(1), root + "/ds/validation")
+{data}
 cfg = parse_config({{"data": {{"label": "label"}}, "tracking": {{"enabled": False}},
     "train": {{"epochs": 400, "batch_size": 512, "num_workers": 2, "store": root + "/store", "seed": 2,
               "stall_timeout_s": 20}},
@@ -210,7 +206,7 @@ def test_a_search_that_loses_a_worker_stops_with_an_error_and_keeps_its_budget(t
     cluster = start_standalone_cluster(tmp_path / "cluster")
     try:
         script = _CAPACITY_SCRIPT.format(python=str(REPO / "python"), master=cluster.master_url,
-                                         conf=json.dumps(CLUSTER_CONF), root=str(tmp_path))
+                                         conf=json.dumps(CLUSTER_CONF), root=str(tmp_path), data=_DATA)
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
