@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Dict, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 
 class SparktrainError(Exception):
@@ -121,10 +121,9 @@ class DuplicateColumnError(SchemaError):
     @classmethod
     def check(cls, columns: Sequence[str], where: str) -> None:
         """Raise for the names ``columns`` holds more than once."""
-        seen: Dict[str, int] = {}
-        for c in columns:
-            seen[c] = seen.get(c, 0) + 1
-        dups = [c for c, n in seen.items() if n > 1]
+        from collections import Counter
+
+        dups = [c for c, n in Counter(columns).items() if n > 1]
         if dups:
             raise cls(dups, where)
 
