@@ -362,7 +362,8 @@ class SlotsUnavailableError(TrainingError):
                    f"set elastic=True (train.elastic) with minWorkers <= {free} to continue on the free slots")
         super().__init__(
             f"{first}Spark's retry of the training stage waited {waited_s:.0f} s (stallTimeout) for {needed} task "
-            f"slots at once, and only {free} were free (an executor was lost and not replaced). The retry was "
+            f"slots at once, and only {free} were free (an executor was lost and not replaced, or other jobs hold "
+            f"the slots). The retry was "
             f"cancelled. Fix: add executors (or free the slots other jobs hold), or {elastic}; fit again with "
             f"runId={run_id!r} to resume from the last checkpoint")
 

@@ -32,6 +32,10 @@ _LOST_TASK_RE = re.compile(r"(?:Lost task|Task) (\d+)(?:\.\d+)? in stage")
 _ECHO_RE = re.compile(r"connection (?:closed|reset) by peer|broken pipe|socket closed|connection refused", re.I)
 #: Spark's words for a task whose Python worker process died (no Python error of its own)
 _DIED_RE = re.compile(r"exited unexpectedly|crashed|EOFError")
+#: Spark's words for a task lost with its executor (a Worker, host or container gone)
+_LOST_RE = re.compile(r"ExecutorLostFailure|executor \S+ (?:was )?lost|RPC client disassociated", re.I)
+_LOST_HINT = (" (the executor went away with its host, Worker or container: Spark retries the stage only when "
+              "the cluster has the slots again; elastic=True (train.elastic) continues on the free ones)")
 _DIED_HINT = (" (the Python worker process died, e.g. killed for memory or by os._exit; "
               "raise spark.task.maxFailures, or use local[N,F] locally, to let training resume "
               "from its last checkpoint)")
@@ -248,19 +252,16 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
             if stalled is not None:
                 raise TrainingStalledError(stalled, spec.failure.stall_timeout_s) from exc
             if slots is not None and slots.gave_up is not None:
-                cause = _root_cause(spec) or {}
                 raise SlotsUnavailableError(spec.run_id, n, int(slots.gave_up["free"]), slots.gave_up["waited_s"],
-                                            str(cause.get("message", "")).strip().splitlines()[0][:300]
-                                            if cause.get("message") else "",
+                                            _first_failure(spark, group, spec),
                                             elastic.min_workers if elastic is not None else None) from exc
             if spark_compat.lost_connect_server(spark, exc):
                 raise TrainingError(f"lost the Spark Connect server: it did not answer for "
                                     f"{spark_compat.CONNECT_RETRY_S} s ({spark_compat.error_summary(exc, 300)}). "
                                     f"Its executors, which ran the ranks, went with it") from exc
             if slots is not None and slots.free is not None:
-                cause = _root_cause(spec) or {}
-                raise _SlotsLost(f"{cause.get('message', 'a rank failed')} -- Spark's retry waited for {n} task "
-                                 f"slots, {slots.free} free", slots.free) from exc
+                raise _SlotsLost(f"{_first_failure(spark, group, spec) or 'a rank failed'} -- Spark's retry waited "
+                                 f"for {n} task slots, {slots.free} free", slots.free) from exc
             raise worker_error(exc, _root_cause(spec) or (server.first_error() if server else None),
                                died=died_ranks(spark, group, n)) from exc
         except BaseException:  # Ctrl-C in a notebook or a shell: the ranks must not train on, unseen
@@ -320,18 +321,45 @@ def _root_cause(spec: WorkerSpec) -> Optional[Dict[str, Any]]:
     return failures[0] if failures else None
 
 
-def died_ranks(spark, group: str, num_workers: int) -> Dict[int, Dict[str, str]]:
-    """Ranks of ``group``'s barrier stage whose Python worker died, with Spark's reason and the host.
+def _first_failure(spark, group: str, spec: WorkerSpec) -> str:
+    """One line on what failed first: a rank's own error, or the rank whose worker died or executor was lost.
 
-    Such a rank reports nothing itself: only Spark knows (``{}`` where its status store cannot say).
+    A lost executor's rank reports nothing, and its peers' collectives fail with an echo of it
+    ("connection closed by peer"): the lost rank is named instead of that echo.
+    """
+    reported = _root_cause(spec)
+    dead = died_ranks(spark, group, spec.num_workers)
+    if dead and (not reported or is_echo(reported)):
+        rank = min(dead)
+        return describe_dead(rank, dead[rank], hint=False)
+    return str((reported or {}).get("message", "")).strip().splitlines()[0][:300] if reported else ""
+
+
+def died_ranks(spark, group: str, num_workers: int) -> Dict[int, Dict[str, str]]:
+    """Ranks of ``group``'s barrier stage whose Python worker died or whose executor was lost.
+
+    ``{rank: {"message": Spark's reason, "host": ..., "why": "died" | "lost"}}``.  Such a rank
+    reports nothing itself: only Spark knows (``{}`` where its status store cannot say).
     """
     try:
         failed = spark_compat.failed_tasks(spark, group, num_workers)
     except Exception as exc:  # noqa: BLE001 - advisory: the reported errors still name a rank
         log.debug("status store: %s", exc)
         return {}
-    return {rank: dict(f, message=f["message"].strip().splitlines()[0][:500])
-            for rank, f in failed.items() if f["message"].strip() and _DIED_RE.search(f["message"])}
+    found = {}
+    for rank, f in failed.items():
+        why = "lost" if _LOST_RE.search(f["message"]) else "died" if _DIED_RE.search(f["message"]) else None
+        if why:
+            found[rank] = dict(f, message=f["message"].strip().splitlines()[0][:500], why=why)
+    return found
+
+
+def describe_dead(rank: int, dead: Mapping[str, str], hint: bool = True) -> str:
+    """What happened to a rank that reported nothing: its Python worker died, or its executor was lost."""
+    if dead.get("why") == "lost":
+        where = f" on {dead['host']}" if dead.get("host") else ""
+        return f"the executor of rank {rank}{where} was lost: {dead['message']}{_LOST_HINT if hint else ''}"
+    return f"the Python worker of rank {rank} died: {dead['message']}{_DIED_HINT if hint else ''}"
 
 
 def is_echo(reported: Optional[Mapping[str, Any]]) -> bool:
@@ -350,7 +378,7 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]],
     dead = {r: d for r, d in (died or {}).items() if not reported or r != reported.get("rank")}
     if dead and (not reported or is_echo(reported)):
         lost_rank = min(dead)
-        message = f"the Python worker of rank {lost_rank} died: {dead[lost_rank]['message']}{_DIED_HINT}"
+        message = describe_dead(lost_rank, dead[lost_rank])
         if reported:
             message += (f". Rank {reported.get('rank')}'s error is only the echo of it: "
                         f"{reported.get('message', '')}")
@@ -373,7 +401,7 @@ def worker_error(exc: BaseException, reported: Optional[Dict[str, Any]],
                                host=reported.get("host"), remote_traceback=reported.get("traceback", ""))
     lost = _LOST_TASK_RE.search(text)
     rank = int(lost.group(1)) if lost else None
-    hint = _DIED_HINT if _DIED_RE.search(text) else ""
+    hint = _LOST_HINT if _LOST_RE.search(text) else _DIED_HINT if _DIED_RE.search(text) else ""
     summary = spark_compat.error_summary(text, limit=500) if text.strip() else type(exc).__name__
     return _training_error(summary + hint, rank=rank, host=None, remote_traceback=_tail(text))
 
