@@ -82,7 +82,8 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
                             f"(tokenizer, vector conversion or Spark datetime patterns). Score with Spark: "
                             f"sparktrain score, or sparktrain.serve.pyfunc.load_spark_model(uri).transform(df)")
         if kind == "crossed":
-            cols = [_require(table, c, f["name"]) for c in f["columns"]]
+            cols = [_as_trained(_require(table, c, f["name"]), t)
+                    for c, t in zip(f["columns"], f.get("source_dtypes") or [None] * len(f["columns"]))]
             values[f["name"]] = _hash(cols, f["hash"]["buckets"], f["hash"]["separator"])
             continue
         col = _require(table, f["source"], f["name"])
@@ -95,6 +96,7 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
                 x = (x - scale["offset"]) / scale["scale"]
             values[f["name"]] = x.astype(np.float32)
         elif kind == "categorical":
+            col = _as_trained(col, f.get("source_dtype"))
             if f["encoding"] == "hash":
                 values[f["name"]] = _hash([col], f["hash"]["buckets"], "\x01")
             else:
@@ -231,6 +233,19 @@ def _as_text(col: pa.Array) -> pa.Array:
     if pa.types.is_dictionary(t):
         return _as_text(col.dictionary_decode())
     return pc.cast(col, pa.string())
+
+
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+
+
+def _as_trained(col: pa.Array, source_dtype: Any) -> pa.Array:
+    """A fractional column where the categorical was fitted on integers: an integral value as that integer
+    (``1.0`` is category ``1``, not an unseen ``"1.0"``), any other missing, as Spark's scorer reads it."""
+    if str(source_dtype or "").lower() not in _INTEGERS or not pa.types.is_floating(col.type):
+        return col
+    x = col.to_numpy(zero_copy_only=False).astype(np.float64)
+    whole = np.isfinite(x) & (np.floor(x) == x) & (np.abs(x) < 2.0 ** 63)
+    return pa.array(np.where(whole, x, 0).astype(np.int64), mask=~whole)
 
 
 def _java_double(v: float) -> str:

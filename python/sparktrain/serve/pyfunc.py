@@ -292,7 +292,8 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     Parameters
     ----------
     model_uri : str
-        ``models:/NAME@champion``, ``models:/NAME/3``, ``runs:/...`` or a path.
+        ``models:/NAME@champion``, ``models:/NAME/3``, ``models:/NAME`` (its latest version), ``runs:/...`` or
+        a path; checked as :func:`sparktrain.serve.scoring.resolve_model` checks it.
     dst_path : str, optional
         Where to download the model (default: a temporary folder).
 
@@ -300,13 +301,19 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     -------
     PipelineModel
         Its ``transform`` raises :class:`~sparktrain.errors.MissingColumnError`
-        for a frame that lacks a column the model reads, and
-        :class:`~sparktrain.errors.ConfigError` for one that already has a
-        column the model adds (a scored frame), before any Spark job.
+        for a frame that lacks a column the model reads,
+        :class:`~sparktrain.errors.DuplicateColumnError` for two columns of one
+        name, :class:`~sparktrain.errors.ColumnClashError` for one that already
+        has a column the model adds (a scored frame), and
+        :class:`~sparktrain.errors.SchemaError` for a number where the model
+        read text, before any Spark job; it reads each input as the model was
+        trained on it (:func:`sparktrain.serve.spark_model.read_as`).
     """
     from mlflow.artifacts import download_artifacts
 
-    local = download_artifacts(artifact_uri=model_uri, dst_path=dst_path)
+    from sparktrain.serve.scoring import resolve_model
+
+    local = download_artifacts(artifact_uri=resolve_model(model_uri), dst_path=dst_path)
     return spark_model_from(local, model_uri)
 
 
@@ -333,5 +340,15 @@ def spark_model_from(local: str, model_uri: str = ""):
               history=spec.get("history", []))
     net._set(labelCol=spec.get("label", "label"))
     with open(os.path.join(root, FEATURES, "features.json")) as fh:
-        reads = [c for c, _ in raw_columns(json.load(fh))]
-    return raw_scoring_model(PipelineModel.load(pipeline), net, reads, model_uri)
+        columns = raw_columns(json.load(fh))
+    return raw_scoring_model(PipelineModel.load(pipeline), net, [c for c, _ in columns], model_uri,
+                             types={c: spark_type(t) for c, t in columns})
+
+
+def spark_type(mlflow_type: str) -> str:
+    """The Spark SQL type of a signature's MLflow type string (``long`` -> ``bigint``, ``array(double)``...)."""
+    t = mlflow_type.lower().replace("<", "(").replace(">", ")")
+    if t.startswith("array"):
+        inner = t[t.index("(") + 1:t.rindex(")")] if "(" in t else "double"
+        return f"array<{MLFLOW_TO_SPARK.get(inner, inner)}>"
+    return MLFLOW_TO_SPARK.get(t, "string")

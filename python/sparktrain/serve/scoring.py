@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+import re
+import shutil
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import (ColumnClashError, ConfigError, DatasetNotFoundError, DuplicateColumnError,
@@ -181,13 +184,9 @@ def signature_columns(model_uri: str) -> Tuple[List[Tuple[str, str]], List[Tuple
 
 
 def _spark_type(mlflow_type: str) -> str:
-    from sparktrain.serve.pyfunc import MLFLOW_TO_SPARK
+    from sparktrain.serve.pyfunc import spark_type
 
-    t = mlflow_type.lower()
-    if t.startswith("array"):
-        inner = t[t.index("(") + 1:t.rindex(")")] if "(" in t else "double"
-        return f"array<{MLFLOW_TO_SPARK.get(inner, inner)}>"
-    return MLFLOW_TO_SPARK.get(t, "string")
+    return spark_type(mlflow_type)
 
 
 def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataFrame to score",
@@ -195,11 +194,7 @@ def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataF
     """``df`` with the model's outputs added, via ``mlflow.pyfunc.spark_udf`` (lazy); ``missing_fix`` ends the
     error for a column the model reads that ``df`` lacks.  A ``models:/NAME@alias`` is read at the version the
     alias names now (:func:`~sparktrain.track.registry.pin_model_uri`), by the driver and every worker alike."""
-    from mlflow import MlflowClient
-
-    from sparktrain.track.registry import pin_model_uri
-
-    pinned = pin_model_uri(MlflowClient(), model_uri)
+    pinned = resolve_model(model_uri)
     return _score(spark, df, pinned, signature_columns(pinned), where=where, missing_fix=missing_fix,
                   named=model_uri)
 
@@ -212,6 +207,7 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
     from pyspark.sql import functions as F
 
     from sparktrain._internal.spark_compat import try_cast
+    from sparktrain.serve.spark_model import read_as
 
     inputs, outputs = signature
     DuplicateColumnError.check(df.columns, where)
@@ -224,15 +220,59 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
         raise ColumnClashError(clashes, where, "scoring")
     spark_model = spark_pipeline_if_needed(model_uri)
     if spark_model is not None:
-        return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs],
-                                   {n: _spark_type(t) for n, t in inputs})
+        return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs])
+    given = dict(df.dtypes)
+    model = f"model {named}"
+
+    def arg(name: str, mlflow_type: str):
+        trained = _spark_type(mlflow_type)
+        if trained == "bigint":  # an integer categorical goes as its text: MLflow's pandas long has no null
+            return read_as(name, given[name], trained, model).cast("string").alias(name)
+        if trained == "string":
+            read_as(name, given[name], trained, model)  # refuses a number where the model read text
+        return try_cast(name, trained).alias(name)  # "NA" -> null
+
+    args = F.struct(*[arg(n, t) for n, t in inputs])
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
-    udf = mlflow.pyfunc.spark_udf(spark, model_uri, result_type=result_type, env_manager="local")
-    args = F.struct(*[try_cast(n, _spark_type(t)).alias(n) for n, t in inputs])  # "NA" -> null
+    with _integers_as_text(model_uri, inputs) as uri:
+        udf = mlflow.pyfunc.spark_udf(spark, uri, result_type=result_type, env_manager="local")
     tmp = "__sparktrain_scores"
     while tmp in df.columns:  # a column of the user's by that name is kept, not overwritten
         tmp += "_"
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+
+
+@contextmanager
+def _integers_as_text(model_uri: str, inputs: List[Tuple[str, str]]) -> Iterator[str]:
+    """``model_uri``, or, when its signature has a ``long`` column, a copy whose signature reads it as text.
+
+    MLflow's schema enforcement has no missing value for a ``long`` column (pandas holds a null integer as a
+    float, which it refuses), so one null in an integer categorical failed the whole scoring job.  The
+    model reads such a column as its text anyway (Spark's ``CAST(x AS STRING)``), so the copy takes the
+    text, null included.  ``spark_udf`` ships the copy to the executors when it is made; it is then removed.
+    """
+    if not any(t == "long" for _, t in inputs):
+        yield model_uri
+        return
+    import tempfile
+
+    from mlflow.artifacts import download_artifacts
+    from mlflow.models import Model
+    from mlflow.types import ColSpec, DataType, Schema
+
+    tmp = tempfile.mkdtemp(prefix="sparktrain-score-")
+    try:
+        local = download_artifacts(artifact_uri=model_uri, dst_path=tmp)
+        meta = Model.load(os.path.join(local, "MLmodel"))
+        sig = meta.signature
+        sig.inputs = Schema([ColSpec(DataType.string, c.name, required=c.required)
+                             if isinstance(c.type, DataType) and c.type == DataType.long else c
+                             for c in sig.inputs.inputs])
+        meta.signature = sig
+        meta.save(os.path.join(local, "MLmodel"))
+        yield local
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def spark_pipeline_if_needed(model_uri: str):
@@ -255,35 +295,22 @@ def spark_pipeline_if_needed(model_uri: str):
     return spark_model_from(local, model_uri)
 
 
-def score_with_pipeline(model: Any, df: Any, outputs: List[Tuple[str, str]],
-                        inputs: Optional[Dict[str, str]] = None):
+def score_with_pipeline(model: Any, df: Any, outputs: List[Tuple[str, str]]):
     """``df`` plus ``outputs`` from the fitted feature pipeline and the network, in Spark.
 
     ``model`` is :func:`~sparktrain.serve.pyfunc.spark_model_from`'s raw-in,
     raw-out ``PipelineModel`` (:mod:`sparktrain.serve.spark_model`): every
     column of ``df`` comes back with its raw value, even where a feature's
-    output has the same name as its source; this keeps ``outputs`` (the
-    signature's), cast to their types.  A text column where ``inputs`` (the
-    signature's ``{column: Spark type}``) has a number or boolean is read as
-    the pyfunc path reads it: a value that does not cast is missing (``"NA"``).
+    output has the same name as its source, and each input is read as the
+    model was trained on it (:func:`~sparktrain.serve.spark_model.read_as`);
+    this keeps ``outputs`` (the signature's), cast to their types.
     """
     from pyspark.sql import functions as F
 
-    from sparktrain._internal.spark_compat import try_cast
     from sparktrain.features._sql import quote
 
-    types = dict(df.dtypes)
-    cast = {n: t for n, t in (inputs or {}).items() if types.get(n) == "string" and t in _CASTABLE}
-    raw = {n: f"__sparktrain_raw{i}" for i, n in enumerate(cast)}  # the values as given, for the output
-    src = df.select(*[try_cast(c, cast[c]).alias(c) if c in cast else F.col(quote(c)) for c in df.columns],
-                    *[F.col(quote(n)).alias(k) for n, k in raw.items()])
-    out = model.transform(src)
-    return out.select(*[F.col(raw[c]).alias(c) if c in raw else F.col(quote(c)) for c in df.columns],
-                      *[F.col(n).cast(t).alias(n) for n, t in outputs])
-
-
-#: the Spark types a text column is cast to for scoring (``try_cast``: null where a value does not cast)
-_CASTABLE = ("double", "float", "bigint", "int", "boolean")
+    out = model.transform(df)
+    return out.select(*[F.col(quote(c)) for c in df.columns], *[F.col(n).cast(t).alias(n) for n, t in outputs])
 
 
 def score_path(spark: Any, model_uri: str, input_path: Optional[str], output_path: str, fmt: Optional[str] = None,
@@ -401,29 +428,69 @@ def _uri_source(tracking_uri: Optional[str]) -> str:
 
 def _check_registered(model_uri: str, raw_uri: str, given_by: str) -> str:
     """Configure MLflow for ``raw_uri``, check that ``model_uri`` names a registered model there and return it
-    pinned to its version.  A lookup in a sqlite store whose file does not exist is refused as such: MLflow would
-    create an empty store to say no."""
-    from mlflow import MlflowClient
-
-    from sparktrain.errors import ModelNotFoundError
+    pinned to its version (:func:`resolve_model`)."""
     from sparktrain.track import store
-    from sparktrain.track.registry import check_model_uri, pin_model_uri
 
     fix = ("" if given_by == "--tracking-uri" else
            f". This store is {given_by}: if the model was registered in another one (the job config's "
            "tracking.uri), pass that with --tracking-uri URI or set MLFLOW_TRACKING_URI")
-    uri = store.normalize_uri(raw_uri)
+    missing_db(model_uri, raw_uri, fix or ". Fix --tracking-uri")
+    uri = store.preflight(raw_uri)
+    store.configure(uri)
+    pinned = resolve_model(model_uri, uri, fix=fix)
+    if pinned != model_uri:
+        log.info("score: %s is %s now; the whole job reads that version", model_uri, pinned)
+    return pinned
+
+
+def missing_db(model_uri: str, registry_uri: str, fix: str) -> None:
+    """Refuse a lookup in a sqlite store whose file does not exist: MLflow would create an empty store to say no."""
+    from sparktrain.errors import ModelNotFoundError
+    from sparktrain.track import store
+
+    uri = store.normalize_uri(registry_uri)
     db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
     if model_uri.startswith(("models:/", "runs:/")) and db not in ("", ":memory:") and not os.path.exists(db):
         raise ModelNotFoundError(f"cannot look up {model_uri}: there is no MLflow store at {mask_value(uri)} (the "
-                                 f"file does not exist){fix or '. Fix --tracking-uri'}")
-    uri = store.preflight(raw_uri)
-    store.configure(uri)
-    client = MlflowClient(uri, uri)
+                                 f"file does not exist){fix}")
+
+
+def resolve_model(model_uri: str, registry_uri: Optional[str] = None, fix: str = "") -> str:
+    """``model_uri`` pinned to the version it names now, after checking that it exists with its files.
+
+    Raises :class:`~sparktrain.errors.ModelNotFoundError` for a sqlite store whose file does not exist (MLflow
+    would create an empty one), a model, alias or version the registry does not have (listing what it has), and
+    a version whose artifacts are gone (naming the version, its run and where they were), before any Spark job.
+    ``registry_uri``: default MLflow's process-wide registry URI.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import get_model_info
+
+    from sparktrain.errors import ModelNotFoundError
+    from sparktrain.track.registry import check_model_uri, pin_model_uri
+
+    registry = registry_uri or mlflow.get_registry_uri()
+    missing_db(model_uri, registry, fix or ". Point MLflow at the store that holds it (mlflow.set_registry_uri, "
+                                           "MLFLOW_TRACKING_URI)")
+    client = MlflowClient(registry_uri, registry_uri) if registry_uri else MlflowClient()
     check_model_uri(client, model_uri, fix=fix)
     pinned = pin_model_uri(client, model_uri)
-    if pinned != model_uri:
-        log.info("score: %s is %s now; the whole job reads that version", model_uri, pinned)
+    try:
+        get_model_info(pinned)
+    except (MlflowException, OSError) as exc:
+        if "No such artifact" not in str(exc) and not isinstance(exc, FileNotFoundError):
+            raise
+        where = ""
+        m = re.match(r"models:/(?P<name>[^/@]+)/(?P<version>\d+)$", pinned)
+        if m:
+            mv = client.get_model_version(m["name"], m["version"])
+            where = f" (run {mv.run_id}; its files were at {mask_value(str(mv.source))})"
+        raise ModelNotFoundError(f"{model_uri} is {pinned}, whose files are gone{where}: its MLmodel cannot be "
+                                 f"read ({mask_value(str(exc))[:200]}). Fix: restore the artifact store, or "
+                                 f"register the model again (sparktrain register --from-store STORE/RUN) or "
+                                 f"score another version") from exc
     return pinned
 
 
