@@ -443,7 +443,16 @@ def test_a_continued_study_ends_the_mlflow_runs_a_killed_search_left_running(spa
     other = client.create_run(exp, run_name="another-study", tags={"sparktrain.study": "other"}).info.run_id
     more = _cfg(tmp_path, tune={"max_trials": 4, "engine": "optuna", "sampler": "random", "study": "killed",
                                 "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
-    second = run_search(spark, more, None, objective=lambda p: p["learning_rate"], tracking_uri=uri)
+    # probe I: the live job's own runs (its tune run, just tagged with the study, and the job run above it) were
+    # ended KILLED too, and tagged "the process was killed", for the whole search
+    live_job = client.create_run(exp, run_name="live-job", tags={"sparktrain.kind": "job"}).info.run_id
+    live_tune = client.create_run(exp, run_name="live-tune", tags={"mlflow.parentRunId": live_job,
+                                                                   "sparktrain.kind": "stage"}).info.run_id
+    second = run_search(spark, more, None, parent_run_id=live_tune, objective=lambda p: p["learning_rate"],
+                        tracking_uri=uri)
+    for run_id in (live_job, live_tune):
+        run = client.get_run(run_id)
+        assert run.info.status == "RUNNING" and "sparktrain.error" not in run.data.tags, run  # its job ends them
     for run_id in (job, tune, trial):
         run = client.get_run(run_id)
         assert run.info.status == "KILLED" and run.info.end_time is not None

@@ -134,13 +134,16 @@ class TrialTracker(Listener):
         ended: List[str] = []
         why = f"its search of study '{study}' ended without closing it (the process was killed); a later search " \
               f"continued the study"
+        own = {self.parent_run_id, self.client.get_run(self.parent_run_id).data.tags.get(PARENT_TAG)}
         for run in stale:
+            if run.info.run_id in own:  # this search's run (just tagged) and its job's: alive
+                continue
             ids = [run.info.run_id]
             parent = run.data.tags.get(PARENT_TAG)
             if parent and run.data.tags.get(KIND_TAG) != "trial":  # the killed search's own run: its job's too
                 ids.append(parent)
             for run_id in ids:
-                if run_id in (self.parent_run_id, *ended) or self.client.get_run(run_id).info.status != "RUNNING":
+                if run_id in (*own, *ended) or self.client.get_run(run_id).info.status != "RUNNING":
                     continue
                 self.client.set_tag(run_id, "sparktrain.error", why)
                 self.client.set_terminated(run_id, status="KILLED")
