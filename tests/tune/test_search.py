@@ -462,3 +462,24 @@ def test_a_continued_study_ends_the_mlflow_runs_a_killed_search_left_running(spa
     finished = [client.get_run(t.run_id) for t in second.trials]
     assert [r.info.status for r in finished] == ["FINISHED", "FINISHED"]
     assert {r.data.tags["sparktrain.study"] for r in finished} == {"killed"}
+
+
+@pytest.mark.torch
+def test_the_python_api_on_output_path_evaluates_the_best_model_on_its_committed_test_split(spark, dataset, tmp_path):
+    """run_search(spark, cfg, output.path), as docs/tuning.md shows it: the splits are in the committed
+    generation (``_gen-*/test``), and the test evaluation was skipped without a word (probe I), so the best
+    model was registered on val_loss and took the champion alias from versions scored on test metrics."""
+    import shutil
+
+    from sparktrain.data.commit import Generation
+
+    out = tmp_path / "dataset"
+    with Generation(str(out), "output.path") as gen:
+        for split in ("train", "validation", "test"):
+            shutil.copytree(os.path.join(dataset, split), os.path.join(gen.uri, split))
+    assert not (out / "test").exists()
+    cfg = _cfg(tmp_path, tune={"max_trials": 1, "algo": "random", "parallelism": 1,
+                               "space": {"learning_rate": {"loguniform": [0.01, 0.05]}}})
+    result = run_search(spark, cfg, str(out))
+    assert [t.status for t in result.trials] == [FINISHED], format_trials(result)
+    assert 0.8 < result.test_metrics["test_auc"] <= 1.0

@@ -120,6 +120,10 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
     space, goal = check_search(cfg, objective=objective is not None)
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]  # check_search refuses None
     warn_random_start(tune)
+    if dataset_path is not None:  # output.path as the docs show it: its splits are in its committed generation
+        from sparktrain.data.commit import resolve
+
+        dataset_path = resolve(dataset_path)
     if objective is None:
         _check_test_split(spark, dataset_path)  # before the study, the runs and any trial
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
