@@ -409,6 +409,30 @@ def test_bad_setups_fail_before_any_trial(spark, dataset, tmp_path):
     assert "numWorkers = 3" in str(info.value) and "only 2 task(s)" in str(info.value)
 
 
+def test_a_metric_no_trial_reports_is_refused_before_any_trial(spark, tmp_path):
+    """Probe I: a typo (val_los) or val_auc on a multiclass label passed every check; each trial then trained in
+    full and failed ("the trial reported no 'val_auc'"), and a named study's budget was spent on them."""
+    import json
+
+    from sparktrain.errors import ConfigError
+    from sparktrain.tune.search import check_search
+
+    space = {"learning_rate": {"loguniform": [1.0e-3, 1.0e-2]}}
+    with pytest.raises(ConfigError) as info:
+        check_search(_cfg(tmp_path, tune={"space": space, "metric": "val_los"}))
+    assert info.value.path == "tune.metric" and "did you mean 'val_loss'?" in str(info.value)
+    check_search(_cfg(tmp_path, tune={"space": space, "metric": "val_f1"}), objective=True)  # the objective's own
+    ds = tmp_path / "multi"  # a dataset whose features.json says its label is multiclass: no trial is started
+    (ds / "train").mkdir(parents=True)
+    (ds / "features.json").write_text(json.dumps({"label": {"column": "species", "task": "multiclass"}}))
+    with pytest.raises(ConfigError) as info:
+        run_search(spark, _cfg(tmp_path, tune={"space": space, "metric": "val_auc"}), str(ds))
+    text = str(info.value)
+    assert "val_auc is reported for a binary label only; this dataset's label 'species' is multiclass" in text
+    assert "use one of val_loss, val_accuracy" in text
+    assert not (tmp_path / "store").exists()  # no trial ran
+
+
 @pytest.mark.slow
 @pytest.mark.tensorflow
 def test_keras_single_mode_trials(spark, dataset, tmp_path):

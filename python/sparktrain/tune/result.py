@@ -11,6 +11,40 @@ FINISHED, FAILED, KILLED, PRUNED = "FINISHED", "FAILED", "KILLED", "PRUNED"
 _MAXIMIZE_HINTS = ("auc", "accuracy", "acc", "f1", "precision", "recall", "r2")
 
 
+#: What a trial reports at each epoch's end, by task: ``train_<name>`` and ``val_<name>``
+#: (:mod:`sparktrain.train._executor.metrics`); ``tune.metric`` names one of them.
+EPOCH_METRICS = {"binary": ("loss", "accuracy", "auc"), "multiclass": ("loss", "accuracy"),
+                 "regression": ("loss", "rmse")}
+
+
+def check_metric(metric: str, task: Optional[str] = None, label: str = "") -> None:
+    """Refuse a ``tune.metric`` no trial reports, before any trial trains (every one would fail after its epochs).
+
+    ``task``: the dataset's (``features.json``), when known; else the metric must be one some task reports.
+    A name without a ``train_``/``val_`` prefix is left to the trials (a custom objective's).
+    """
+    import difflib
+
+    from sparktrain.errors import ConfigError
+
+    prefix, _, name = metric.partition("_")
+    if prefix not in ("train", "val") or not name:
+        return
+    names = EPOCH_METRICS.get(task or "", ()) or tuple(dict.fromkeys(n for ns in EPOCH_METRICS.values() for n in ns))
+    if name in names:
+        return
+    valid = [f"{prefix}_{n}" for n in names]
+    tasks = [t for t, ns in EPOCH_METRICS.items() if name in ns]
+    if task and tasks:
+        why = (f"{metric} is reported for a {' or '.join(tasks)} label only; this dataset's label"
+               f"{f' {label!r}' if label else ''} is {task}")
+    else:
+        close = difflib.get_close_matches(metric, valid, n=1)
+        why = f"no trial reports {metric}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    raise ConfigError("tune.metric", metric, f"{why}; use one of {', '.join(valid)}"
+                                             f"{f' (what a {task} label reports)' if task else ''}")
+
+
 def goal_of(metric: str) -> str:
     """``"max"`` for score-like metrics (``val_auc``, ``val_accuracy``...), ``"min"`` for losses/errors."""
     leaf = metric.lower().rsplit("_", 1)[-1] if "_" in metric else metric.lower()

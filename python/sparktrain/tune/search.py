@@ -39,7 +39,8 @@ from sparktrain.features.load import Embedded
 from sparktrain.tune._channel import open_channel
 from sparktrain.tune._engines import check_pruning, check_sampler, make_engine, warn_random_start
 from sparktrain.tune._loop import Listener, SearchLoop
-from sparktrain.tune.result import FAILED, FINISHED, KILLED, PRUNED, SearchResult, TrialRecord, format_trials, goal_of
+from sparktrain.tune.result import (FAILED, FINISHED, KILLED, PRUNED, SearchResult, TrialRecord, check_metric,
+                                   format_trials, goal_of)
 from sparktrain.tune.space import CompiledSpace, compile_space, describe
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def check_search(cfg: JobConfig, objective: bool = False) -> Tuple[CompiledSpace
                                         "{space: {learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}}")
     tune: TuneConfig = cfg.tune
     space = compile_space(tune.space)
+    if not objective:
+        check_metric(tune.metric)
     goal = goal_of(tune.metric)
     check_pruning(tune, cfg, space, objective=objective)
     check_sampler(tune, space)
@@ -125,6 +128,7 @@ def run_search(spark, cfg: JobConfig, dataset_path: Optional[str], parent_run_id
 
         dataset_path = resolve(dataset_path)
     if objective is None:
+        _check_task_metric(tune.metric, dataset_path)
         _check_test_split(spark, dataset_path)  # before the study, the runs and any trial
     prefix = f"tune-{uuid.uuid4().hex[:8]}"
     mode = "objective" if objective is not None else tune.mode
@@ -388,6 +392,20 @@ def _test_split(dataset_path: Optional[str]) -> Optional[list]:
 
     test = f"{dataset_path.rstrip('/')}/test"
     return committed_files(test) if exists(test) else None
+
+
+def _check_task_metric(metric: str, dataset_path: Optional[str]) -> None:
+    """Refuse, before any trial, a ``tune.metric`` the dataset's task does not report (``val_auc`` on a multiclass
+    label): each trial would train in full, then fail for want of it."""
+    from sparktrain.train.inputs import read_features_json
+
+    try:
+        meta = read_features_json(dataset_path) if dataset_path is not None else None
+    except Exception:  # noqa: BLE001 - an unreadable features.json is the trials' to report, with its fix
+        return
+    label = (meta or {}).get("label") or {}
+    if isinstance(label, dict) and label.get("task"):
+        check_metric(metric, str(label["task"]), str(label.get("column") or ""))
 
 
 def _check_test_split(spark, dataset_path: Optional[str]) -> None:
