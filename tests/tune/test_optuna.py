@@ -444,6 +444,23 @@ def test_a_study_that_cannot_be_kept_is_refused_before_the_job_runs_any_stage(tm
     assert info.value.path == "tune.storage" and "alembic_version" in info.value.fix
     hyperopt = dict(raw, tune=dict(raw["tune"], engine="hyperopt"))  # keeps no study: nothing to refuse
     assert check_search(parse_config(hyperopt))[1] == "min"
+    # probe I: a folder, a CSV or a CSV behind sqlite:/// failed after Spark started with JSONDecodeError,
+    # IsADirectoryError or sqlalchemy's "file is not a database"; refused now, and the user's file is untouched
+    local = dict(raw, train={"store": str(tmp_path / "store")})
+    mine = tmp_path / "mine.csv"
+    mine.write_text("a,b\n1,2\n")
+    journal = tmp_path / "ok.journal"
+    journal.write_text('{"op_code":0,"worker_id":"w","study_name":"s","directions":[1]}\n')
+    for storage, words in ((str(tmp_path), "is a folder, not a file"),
+                           (str(mine), "is not an Optuna journal"),
+                           (f"sqlite:///{mine}", "is not an SQLite database")):
+        with pytest.raises(ConfigError) as info:
+            check_search(parse_config(dict(local, tune=dict(raw["tune"], storage=storage))))
+        assert info.value.path == "tune.storage" and words in info.value.fix, info.value
+        assert "name a new file" in info.value.fix
+    assert mine.read_text() == "a,b\n1,2\n"
+    for storage in (str(journal), str(tmp_path / "new.journal"), f"sqlite:///{tmp_path / 'new.db'}"):
+        check_search(parse_config(dict(local, tune=dict(raw["tune"], storage=storage))))  # a journal, or new
 
 
 def test_a_spent_study_is_refused_before_spark_and_before_any_mlflow_run(tmp_path):

@@ -393,6 +393,31 @@ def check_storage(cfg: JobConfig, tracking_uri: Optional[str] = None) -> None:
                               "this is the MLflow tracking database; Optuna and MLflow both keep an alembic_version "
                               "table and cannot share one: give Optuna its own database, or leave tune.storage out "
                               "(a journal file under train.store)")
+        if url.startswith("sqlite:///"):
+            _check_existing(url, url[len("sqlite:///"):], b"SQLite format 3\x00", "an SQLite database")
+    else:
+        path = url[len("file://"):] if url.startswith("file://") else url
+        _check_existing(url, path, b'{"op_code"', "an Optuna journal (one JSON record a line)")
+
+
+def _check_existing(url: str, path: str, head: bytes, what: str) -> None:
+    """Refuse a ``tune.storage`` that names a folder, or a file that is not ``what`` (its first bytes are not
+    ``head``): Optuna would fail on it with a raw parse error, or write its records into a file of the user's."""
+    import os
+
+    fix = ("; name a new file (a .journal path, or a sqlite:/// database of its own) or a database URL: sparktrain "
+           "writes a study only into a file Optuna made")
+    if os.path.isdir(path):
+        raise ConfigError("tune.storage", mask_value(url), f"'{path}' is a folder, not a file{fix}")
+    try:
+        with open(path, "rb") as fh:
+            first = fh.read(len(head))
+    except FileNotFoundError:
+        return  # a new study: Optuna makes the file
+    except OSError as exc:
+        raise ConfigError("tune.storage", mask_value(url), f"'{path}' cannot be read ({exc}){fix}") from exc
+    if first and not first.startswith(head):
+        raise ConfigError("tune.storage", mask_value(url), f"'{path}' is not {what}{fix}")
 
 
 def _budget_spent(tune: TuneConfig, name: str, where: str, counted: int, cut: int) -> ConfigError:
