@@ -135,6 +135,10 @@ def test_space_in_a_job_config_yaml_compiles():
     ({"arch": {"choice": [{"epochs": {"quniform": [0, 3, 1]}}]}}, "tune.space.arch.choice[0].epochs.quniform",
      "out of range for train.epochs"),
     ({}, "tune.space", "give a mapping"),
+    # probe I: a bare list (a forgotten distribution) said "bound [0.001, 0.01] is not a finite number"
+    ({"learning_rate": [0.001, 0.01]}, "tune.space.learning_rate", "e.g. {loguniform: [1.0e-4, 1.0e-2]}"),
+    ({"epochs": [1, 3]}, "tune.space.epochs", "one number; for a range name its distribution, e.g. {int: [1, 8]}"),
+    ({"hidden_units": {"choice": [[16], "abc"]}}, "tune.space.hidden_units.choice[1]", "a list of layer widths"),
 ])
 def test_errors_name_the_key_the_value_and_the_fix(space, path, words):
     with pytest.raises(ConfigError) as info:

@@ -463,7 +463,14 @@ def coerce_value(key: str, value: Any, where: str = _ROOT) -> Any:
     kind = _kind(key)
     if kind is tuple:
         items = list(value) if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, (bool, str, list, tuple, dict)) or v is None for v in items):
+            raise ConfigError(where, value, f"train.{key} is a list of layer widths, e.g. [64, 32]; as a choice "
+                                            f"of them: {{choice: [[64, 32], [128]]}}")
         return tuple(_integer(key, v, where) for v in items)
+    if isinstance(value, (list, tuple, dict)):
+        example = "{loguniform: [1.0e-4, 1.0e-2]}" if kind is not int else "{int: [1, 8]}"
+        raise ConfigError(where, value, f"a constant for train.{key} is one number; for a range name its "
+                                        f"distribution, e.g. {example}, and for options {{choice: [...]}}")
     if kind is int:
         return _integer(key, value, where)
     return _number(value, where, value)
