@@ -259,6 +259,9 @@ def test_trial_timeout_cancels_its_spark_job_and_the_search_goes_on(spark, tmp_p
                 _time.sleep(0.1)
         return params["learning_rate"]
 
+    warm = _cfg(tmp_path, tune={"max_trials": 2, "parallelism": 2, "algo": "random",
+                                "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    run_search(spark, warm, None, objective=lambda p: p["learning_rate"])  # run alone, a cold worker took > 4 s
     cfg = _cfg(tmp_path, experiment="timeouts", tracking=True, tune={
         "max_trials": 5, "parallelism": 2, "algo": "random", "trial_timeout_s": 4,
         "space": {"batch_size": {"choice": [256, 1024]}, "learning_rate": {"uniform": [0.1, 0.9]}}})
@@ -267,7 +270,8 @@ def test_trial_timeout_cancels_its_spark_job_and_the_search_goes_on(spark, tmp_p
     killed = [t for t in result.trials if t.status == KILLED]
     ok = [t for t in result.trials if t.status == FINISHED]
     assert killed and ok, format_trials(result)
-    assert all(t.params["batch_size"] == 1024 for t in killed) and all(t.params["batch_size"] == 256 for t in ok)
+    assert all(t.params["batch_size"] == 1024 for t in killed) and all(t.params["batch_size"] == 256 for t in ok), \
+        format_trials(result)
     assert max(t.number for t in ok) > min(t.number for t in killed)  # the search went on
     assert time.monotonic() - t0 < 20 * len(killed)  # nobody waited for the 20 s objective
     for t in killed:
@@ -286,6 +290,27 @@ def test_trial_timeout_cancels_its_spark_job_and_the_search_goes_on(spark, tmp_p
     children = _child_runs(MlflowClient(tune_tracking_uri), result.parent_run_id)
     statuses = {r.info.run_id: r.info.status for r in children}
     assert all(statuses[t.run_id] == t.status for t in result.trials)
+
+
+def _sleeps(params):
+    import time as _time
+
+    _time.sleep(30)
+    return params["learning_rate"]
+
+
+def test_a_search_whose_every_trial_timed_out_says_how_to_fix_it_without_the_cancel_trace(spark, tmp_path):
+    """Probe I: ~100 lines of py4j SPARK_JOB_CANCELLED trace, twice, and no fix, for an expected outcome."""
+    from sparktrain.errors import TuneError
+
+    cfg = _cfg(tmp_path, tune={"max_trials": 2, "parallelism": 2, "algo": "random", "trial_timeout_s": 2,
+                               "space": {"learning_rate": {"uniform": [0.1, 0.9]}}})
+    with pytest.raises(TuneError) as info:
+        run_search(spark, cfg, None, objective=_sleeps)
+    text = str(info.value)
+    assert "every trial failed (2 trials; killed: 2)" in text and "timed out after 2 s" in text, text
+    assert "Fix: raise tune.trial_timeout_s" in text
+    assert "traceback" not in text and "Py4J" not in text and len(text.splitlines()) == 1, text
 
 
 def test_an_interrupted_search_stops_its_running_trials_before_it_raises(spark, tmp_path):

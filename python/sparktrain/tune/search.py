@@ -450,9 +450,12 @@ def _all_failed_message(records, earlier: Any = None, cfg_name: str = "job") -> 
     first = min(records, key=lambda r: r.number)
     statuses = ", ".join(f"{s.lower()}: {sum(r.status == s for r in records)}"
                          for s in sorted({r.status for r in records}))
+    timed_out = all(r.status == KILLED and "(tune.trial_timeout_s)" in (r.error or "") for r in records)
+    fix = (". Fix: raise tune.trial_timeout_s (every trial ran longer), or make trials cheaper (fewer "
+           "train.epochs, a smaller tune.space)") if timed_out else ""
     return (f"every trial failed ({len(records)} trials; {statuses}). First failure (trial {first.number}, "
-            f"{first.status}): {first.error}" + (f"\n--- its traceback ---\n{first.traceback.rstrip()}"
-                                                  if first.traceback else ""))
+            f"{first.status}): {first.error}{fix}" + (f"\n--- its traceback ---\n{first.traceback.rstrip()}"
+                                                       if first.traceback else ""))
 
 
 __all__ = ["run_search", "tune_stage", "format_trials", "SearchResult", "TrialRecord", "FINISHED", "PRUNED", "FAILED",
