@@ -71,6 +71,31 @@ def test_a_continued_study_refuses_a_metric_of_another_meaning_and_logs_other_ch
     assert study.user_attrs["sparktrain_search"]["tune.space"]["learning_rate"] == {"loguniform": [0.001, 0.01]}
 
 
+def test_a_continued_study_refuses_a_dataset_preprocessed_again_with_other_validation_rows(spark, tmp_path):
+    """Probe I: after a new split (or other features), the study went on, claimed the values "still compare" and
+    preferred an earlier trial measured on other rows as its best.  The validation split's digest tells: the same
+    rows continue (a re-run of the same preprocess), other rows are refused."""
+
+    def dataset(name: str, digest: str) -> str:
+        path = tmp_path / name
+        (path / "train").mkdir(parents=True)
+        (path / "features.json").write_text(json.dumps(
+            {"label": {"column": "label", "task": "binary"},
+             "dataset": {"splits": {"validation": {"path": "validation", "rows": 9, "digest": digest}}}}))
+        return str(path)
+
+    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), dataset("ds1", "sha256:aaa"), objective=_objective)
+    again = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), dataset("ds2", "sha256:aaa"), objective=_objective)
+    assert [t.number for t in again.trials] == [3]  # the same validation rows: the values compare
+    with pytest.raises(ConfigError) as info:
+        run_search(spark, _cfg(tmp_path, {"max_trials": 5}), dataset("ds3", "sha256:bbb"), objective=_objective)
+    assert (info.value.path, info.value.value) == ("tune.study", "kept")
+    assert "holds trials measured on another validation split" in info.value.fix and "ds3" in info.value.fix
+    assert "loss values do not compare" in info.value.fix and "Name a new study" in info.value.fix
+    study, _ = _study(tmp_path)
+    assert len(study.trials) == 3  # refused before any trial
+
+
 def test_a_second_search_on_a_study_in_use_is_refused_and_its_running_trial_is_left_alone(spark, tmp_path):
     from optuna.trial import TrialState
 

@@ -58,8 +58,25 @@ def search_settings(cfg: JobConfig, dataset_path: Optional[str]) -> Dict[str, An
     tune: TuneConfig = cfg.tune  # type: ignore[assignment]
     train = {k: v for k, v in (to_dict(cfg.train) or {}).items() if k not in RUN_ONLY}
     settings = {"tune.space": tune.space, "tune.metric": tune.metric, "tune.mode": tune.mode,
-                "train": train, "dataset": os.fspath(dataset_path or "")}
+                "train": train, "dataset": os.fspath(dataset_path or ""),
+                "validation": validation_digest(dataset_path)}
     return json.loads(json.dumps(settings, sort_keys=True, default=str))
+
+
+def validation_digest(dataset_path: Optional[str]) -> Optional[str]:
+    """The digest of the dataset's validation split (``features.json``), or None where it has none: the rows
+    every trial's value is measured on.  A dataset preprocessed again with another split or other features
+    has another one (the split hashes the columns it is given)."""
+    if not dataset_path:
+        return None
+    from sparktrain.train.inputs import read_features_json
+
+    try:
+        meta = read_features_json(dataset_path) or {}
+    except Exception:  # noqa: BLE001 - a dataset without a readable features.json: the trials report it
+        return None
+    digest = (((meta.get("dataset") or {}).get("splits") or {}).get("validation") or {}).get("digest")
+    return str(digest) if digest else None
 
 
 def differences(stored: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
@@ -87,10 +104,19 @@ def check_same_search(study: Any, cfg: JobConfig, dataset_path: Optional[str], w
     """
     now = search_settings(cfg, dataset_path)
     stored = study.user_attrs.get(SEARCH_ATTR)
-    diffs = differences(stored, now) if stored is not None else []
+    diffs = [d for d in (differences(stored, now) if stored is not None else [])
+             if not d.startswith("validation:")]  # refused below when both have one and they differ
     refused = [d for d in diffs if d.split(":", 1)[0] in MEANING]
     if stored is not None:
         _check_space_kinds(study, stored.get("tune.space") or {}, now["tune.space"], where)
+    if stored is not None and stored.get("validation") and now["validation"] and \
+            stored["validation"] != now["validation"]:  # a study of an earlier version holds no digest
+        raise ConfigError("tune.study", study.study_name,
+                          f"study '{study.study_name}' ({where}) holds trials measured on another validation split: "
+                          f"the dataset was preprocessed again ({stored.get('dataset')!r} -> {now['dataset']!r}; "
+                          f"another split or other features give other validation rows), so their "
+                          f"{now['tune.metric']} values do not compare with this search's. Name a new study "
+                          f"(tune.study), or search the dataset the study was run on")
     if refused:
         first = refused[0].split(":", 1)[0]
         value = now.get(first) if first.startswith("tune.") else now["train"].get(first.split(".", 1)[1])
