@@ -453,7 +453,7 @@ class LeaseHeldError(SparktrainError, RuntimeError):
                  if what == "runId" else f"{what} '{mask_value(target)}'")
         super().__init__(
             f"{named} is in use by {job} ({who}; last heartbeat {age:.0f} s ago), so "
-            f"this job was refused and wrote nothing. Fix: wait for that job to finish, or use another {what}. If "
+            f"this job was refused and left it untouched. Fix: wait for that job to finish, or use another {what}. If "
             f"that job is gone (killed, its host lost), its lease is taken over automatically once it has sent no "
             f"heartbeat for {stale_after:.0f} s; to take over at once, "
             + (clear or f"delete the lease file '{mask_value(lease)}'")

@@ -497,11 +497,15 @@ def test_a_continued_study_ends_the_mlflow_runs_a_killed_search_left_running(spa
     live_job = client.create_run(exp, run_name="live-job", tags={"sparktrain.kind": "job"}).info.run_id
     live_tune = client.create_run(exp, run_name="live-tune", tags={"mlflow.parentRunId": live_job,
                                                                    "sparktrain.kind": "stage"}).info.run_id
+    client.log_param(live_tune, "tune.storage", "")  # what a job logs from its config (no tune.storage given)
     second = run_search(spark, more, None, parent_run_id=live_tune, objective=lambda p: p["learning_rate"],
                         tracking_uri=uri)
     for run_id in (live_job, live_tune):
         run = client.get_run(run_id)
         assert run.info.status == "RUNNING" and "sparktrain.error" not in run.data.tags, run  # its job ends them
+    logged = client.get_run(live_tune).data  # probe I: the resolved study's place was lost behind the '' param
+    assert logged.params["tune.storage"] == "" and logged.params["tune.stop_reason"] == "max_trials"
+    assert logged.tags["sparktrain.tune.storage"].endswith("_studies/killed.journal")
     for run_id in (job, tune, trial):
         run = client.get_run(run_id)
         assert run.info.status == "KILLED" and run.info.end_time is not None

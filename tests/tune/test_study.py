@@ -76,7 +76,7 @@ def test_a_continued_study_refuses_a_dataset_preprocessed_again_with_other_valid
     preferred an earlier trial measured on other rows as its best.  The validation split's digest tells: the same
     rows continue (a re-run of the same preprocess), other rows are refused."""
 
-    def dataset(name: str, digest: str) -> str:
+    def made(name: str, digest: str) -> str:
         path = tmp_path / name
         (path / "train").mkdir(parents=True)
         (path / "features.json").write_text(json.dumps(
@@ -84,11 +84,11 @@ def test_a_continued_study_refuses_a_dataset_preprocessed_again_with_other_valid
              "dataset": {"splits": {"validation": {"path": "validation", "rows": 9, "digest": digest}}}}))
         return str(path)
 
-    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), dataset("ds1", "sha256:aaa"), objective=_objective)
-    again = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), dataset("ds2", "sha256:aaa"), objective=_objective)
+    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), made("ds1", "sha256:aaa"), objective=_objective)
+    again = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), made("ds2", "sha256:aaa"), objective=_objective)
     assert [t.number for t in again.trials] == [3]  # the same validation rows: the values compare
     with pytest.raises(ConfigError) as info:
-        run_search(spark, _cfg(tmp_path, {"max_trials": 5}), dataset("ds3", "sha256:bbb"), objective=_objective)
+        run_search(spark, _cfg(tmp_path, {"max_trials": 5}), made("ds3", "sha256:bbb"), objective=_objective)
     assert (info.value.path, info.value.value) == ("tune.study", "kept")
     assert "holds trials measured on another validation split" in info.value.fix and "ds3" in info.value.fix
     assert "loss values do not compare" in info.value.fix and "Name a new study" in info.value.fix

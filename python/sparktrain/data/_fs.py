@@ -104,7 +104,8 @@ def require(fs: pafs.FileSystem, path: str, what: str = "dataset") -> pafs.FileI
     if fi.type == pafs.FileType.NotFound:
         raise DatasetNotFoundError(
             f"{what} path '{path}' does not exist. Check the path (and the filesystem/URI scheme), "
-            f"or write the data first, e.g. with sparktrain.data.write_parquet(df, path)."
+            f"or write the data first: `sparktrain preprocess CONFIG` for a job's output.path, or "
+            f"sparktrain.data.write_parquet(df, path) from Python."
         )
     return fi
 

@@ -372,7 +372,9 @@ class SearchLoop:
         if self.metric in outcome.metrics:
             value = outcome.metrics[self.metric]
             if value is None or not math.isfinite(value):
-                return None, f"{self.metric} is not a finite number ({value}); the model diverged"
+                shown = "NaN or infinite" if value is None else value
+                return None, (f"{self.metric} is not a finite number ({shown}); the model diverged (a learning rate "
+                              f"too high for it: narrow tune.space's learning_rate)")
             return float(value), None
         return None, (f"the trial reported no '{self.metric}' (tune.metric); it reported: "
                       f"{', '.join(sorted(outcome.metrics)) or 'nothing'}")

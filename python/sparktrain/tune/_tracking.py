@@ -184,13 +184,17 @@ class TrialTracker(Listener):
         if done:
             best = min(done) if goal == "min" else max(done)
             metrics.append(Metric(f"best_{metric}", best, now, 0))
-        existing = set(self.client.get_run(self.parent_run_id).data.params)
-        params = [Param(f"tune.{k}", _param_text(v)) for k, v in settings.items() if f"tune.{k}" not in existing]
-        metrics += [Metric(k, float(v), now, 0) for k, v in (test or {}).items()]
-        self.client.log_batch(self.parent_run_id, metrics=metrics, params=params)
-        if best_run_id:
-            from mlflow.entities import RunTag
+        from mlflow.entities import RunTag
 
+        existing = self.client.get_run(self.parent_run_id).data.params
+        params = [Param(f"tune.{k}", _param_text(v)) for k, v in settings.items() if f"tune.{k}" not in existing]
+        # a job logged its config's value (tune.study: '' for the default name); a param cannot change: the
+        # resolved value (the study's name, where it is kept) goes in a tag
+        tags = [RunTag(f"sparktrain.tune.{k}", _param_text(v)) for k, v in settings.items()
+                if f"tune.{k}" in existing and existing[f"tune.{k}"] != _param_text(v)]
+        metrics += [Metric(k, float(v), now, 0) for k, v in (test or {}).items()]
+        self.client.log_batch(self.parent_run_id, metrics=metrics, params=params, tags=tags)
+        if best_run_id:
             self.client.log_batch(best_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (test or {}).items()],
                                   tags=[RunTag("sparktrain.best", "true")])
         table = [{"trial": r.number, "status": r.status, metric: r.metric, "seconds": r.seconds, "epochs": r.epochs,

@@ -246,7 +246,7 @@ def _track_search(spark, tracker: Any, cfg: JobConfig, result: SearchResult, loo
     settings = {"mode": result.mode, "max_trials": tune.max_trials, "parallelism": result.concurrency,
                 "algo": tune.algo, "metric": tune.metric, "early_stop_trials": tune.early_stop_trials,
                 "trial_timeout_s": tune.trial_timeout_s, "time_budget_s": tune.time_budget_s,
-                "stop_at": tune.stop_at, "stop_reason": loop.stop_reason, **engine.settings()}
+                "stop_at": tune.stop_at, "stop_reason": loop.stop_reason or "max_trials", **engine.settings()}
     tracker.log_summary(list(result.trials), tune.metric, result.goal, settings,
                         best_run_id=best_record.run_id if best_record else None, test=result.test_metrics)
     if not (cfg.tracking.register if register is None else register) or dataset_path is None:
