@@ -189,3 +189,28 @@ def test_a_version_whose_files_are_gone_is_named_with_its_run(model, spark, tmp_
         text = str(info.value)
         assert "is models:/gone/1, whose files are gone" in text and f"run {run}" in text, text
         assert str(copy) in text and "register the model again" in text
+
+
+def test_a_fresh_process_reads_the_store_sparktrain_score_reads(model, spark, tmp_path, monkeypatch, mlflow_server):
+    """Probe K: in a fresh notebook (no MLflow URI set) score_dataframe and load_spark_model looked in MLflow's
+    default ./mlflow.db, found "Registered models: (none)" and left an empty store there; the CLI reads the job
+    default sqlite:///work/mlflow.db.  Now they read that one (refusing it by name while it does not exist),
+    or tracking_uri=."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    from sparktrain.errors import ModelNotFoundError
+    from sparktrain.serve.pyfunc import load_spark_model
+    from sparktrain.serve.scoring import score_dataframe
+
+    uri, rows = model
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(utils, "_tracking_uri", None)  # what a fresh process has: no URI set
+    with pytest.raises(ModelNotFoundError) as info:
+        score_dataframe(spark, rows, uri)
+    assert f"there is no MLflow store at sqlite:///{tmp_path}/work/mlflow.db" in str(info.value)
+    assert "Pass tracking_uri=" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no stray store made
+    scored = _scores(load_spark_model(uri, tracking_uri=mlflow_server).transform(rows))
+    assert scored.std() > 0.05 and mlflow.get_tracking_uri() == mlflow_server  # configured, as the CLI does

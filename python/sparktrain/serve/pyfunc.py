@@ -278,7 +278,7 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
                                                   "label": model.getLabelCol(), **(metadata or {})}})
 
 
-def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
+def load_spark_model(model_uri: str, dst_path: Optional[str] = None, tracking_uri: Optional[str] = None):
     """The model at ``model_uri`` as a Spark ``PipelineModel``: fitted feature stages + the network.
 
     ``transform`` takes raw rows and returns every input column with its raw
@@ -296,6 +296,9 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
         a path; checked as :func:`sparktrain.serve.scoring.resolve_model` checks it.
     dst_path : str, optional
         Where to download the model (default: a temporary folder).
+    tracking_uri : str, optional
+        The MLflow store, as :func:`sparktrain.serve.scoring.use_store` chooses it (by default MLflow's
+        process-wide URI when set, else the one ``sparktrain score`` reads, ``sqlite:///work/mlflow.db``).
 
     Returns
     -------
@@ -311,9 +314,10 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None):
     """
     from mlflow.artifacts import download_artifacts
 
-    from sparktrain.serve.scoring import resolve_model
+    from sparktrain.serve.scoring import resolve_model, use_store
 
-    local = download_artifacts(artifact_uri=resolve_model(model_uri), dst_path=dst_path)
+    local = download_artifacts(artifact_uri=resolve_model(model_uri, use_store(model_uri, tracking_uri)),
+                               dst_path=dst_path)
     return spark_model_from(local, model_uri)
 
 

@@ -190,11 +190,14 @@ def _spark_type(mlflow_type: str) -> str:
 
 
 def score_dataframe(spark: Any, df: Any, model_uri: str, where: str = "the DataFrame to score",
-                    missing_fix: str = "Add the column, or rename the one that holds it."):
+                    missing_fix: str = "Add the column, or rename the one that holds it.",
+                    tracking_uri: Optional[str] = None):
     """``df`` with the model's outputs added, via ``mlflow.pyfunc.spark_udf`` (lazy); ``missing_fix`` ends the
     error for a column the model reads that ``df`` lacks.  A ``models:/NAME@alias`` is read at the version the
-    alias names now (:func:`~sparktrain.track.registry.pin_model_uri`), by the driver and every worker alike."""
-    pinned = resolve_model(model_uri)
+    alias names now (:func:`~sparktrain.track.registry.pin_model_uri`), by the driver and every worker alike.
+    ``tracking_uri``: the MLflow store, as :func:`use_store` chooses it (by default the one ``sparktrain score``
+    reads)."""
+    pinned = resolve_model(model_uri, use_store(model_uri, tracking_uri))
     return _score(spark, df, pinned, signature_columns(pinned), where=where, missing_fix=missing_fix,
                   named=model_uri)
 
@@ -234,12 +237,30 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
 
     args = F.struct(*[arg(n, t) for n, t in inputs])
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
-    with _integers_as_text(model_uri, inputs) as uri:
+    with _integers_as_text(model_uri, inputs) as uri, _quiet_env_manager():
         udf = mlflow.pyfunc.spark_udf(spark, uri, result_type=result_type, env_manager="local")
     tmp = "__sparktrain_scores"
     while tmp in df.columns:  # a column of the user's by that name is kept, not overwritten
         tmp += "_"
     return df.withColumn(tmp, udf(args)).select("*", *[F.col(f"{tmp}.{n}").alias(n) for n, _ in outputs]).drop(tmp)
+
+
+class _EnvManagerAdvice(logging.Filter):
+    """Drops MLflow's advice to use ``env_manager="conda"``: sparktrain scores in the executors' own environment
+    on purpose (the model's dependencies are the pinned ones the cluster runs), so it only alarms."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return 'env_manager="local"' not in record.getMessage()
+
+
+@contextmanager
+def _quiet_env_manager() -> Iterator[None]:
+    logger, advice = logging.getLogger("mlflow.pyfunc"), _EnvManagerAdvice()
+    logger.addFilter(advice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(advice)
 
 
 @contextmanager
@@ -453,6 +474,29 @@ def missing_db(model_uri: str, registry_uri: str, fix: str) -> None:
     if model_uri.startswith(("models:/", "runs:/")) and db not in ("", ":memory:") and not os.path.exists(db):
         raise ModelNotFoundError(f"cannot look up {model_uri}: there is no MLflow store at {mask_value(uri)} (the "
                                  f"file does not exist){fix}")
+
+
+def use_store(model_uri: str, tracking_uri: Optional[str] = None) -> Optional[str]:
+    """The MLflow store the Python scoring API reads a model from, as ``sparktrain score`` does.
+
+    ``tracking_uri`` when given; else MLflow's process-wide URI when one is set (``mlflow.set_tracking_uri``,
+    ``MLFLOW_TRACKING_URI``; returns None); else the job default ``sqlite:///work/mlflow.db``, where
+    ``sparktrain run`` registers (MLflow's own default, ``./mlflow.db``, is another file: a fresh notebook found
+    no model, and an empty store was created).  A chosen store becomes MLflow's process-wide tracking and
+    registry URI, since ``spark_udf`` and the model's download read those; a sqlite file that does not exist
+    is refused first (:func:`missing_db`).
+    """
+    from mlflow.tracking._tracking_service.utils import is_tracking_uri_set
+
+    from sparktrain.track import store
+
+    if tracking_uri is None and is_tracking_uri_set():
+        return None
+    uri = store.normalize_uri(resolve_tracking_uri(tracking_uri))
+    missing_db(model_uri, uri, ". Pass tracking_uri= (the job's tracking.uri), or call mlflow.set_tracking_uri"
+                               if tracking_uri is None else "")
+    store.configure(uri)
+    return uri
 
 
 def resolve_model(model_uri: str, registry_uri: Optional[str] = None, fix: str = "") -> str:

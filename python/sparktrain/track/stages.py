@@ -71,16 +71,18 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
 
     from sparktrain._internal.spark_compat import try_cast
     from sparktrain.features.load import load_input
-    from sparktrain.serve.pyfunc import MLFLOW_TO_SPARK, raw_columns
+    from sparktrain.serve.pyfunc import raw_columns, spark_type
 
     from sparktrain.data.commit import resolve
 
     try:
         cols = raw_columns(json.loads(_fs.read_bytes(_fs.join(resolve(dataset_root), "features.json"))))
         df = load_input(spark, replace(cfg.data, scale=1), embedded)
-        return df.select([try_cast(c, MLFLOW_TO_SPARK[t]).alias(c) for c, t in cols]).limit(rows).toPandas()
+        return df.select([try_cast(c, spark_type(t)).alias(c) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
-        log.warning("no input example for the model: %s", exc)
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        log.warning("the model is logged without an input example: its raw rows could not be read as its "
+                    "signature's types (%s: %s)", type(exc).__name__, first)
         return None
 
 
