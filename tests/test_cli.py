@@ -385,3 +385,32 @@ def test_the_run_summary_names_the_store_its_commands_need(tmp_path, monkeypatch
     remote = TrackingSummary("http://user:pw@127.0.0.1:5999", "1", "r1", model).format()
     assert "--tracking-uri http://user:***@127.0.0.1:5999" in remote and ":pw@" not in remote
     assert "UI:       http://user:***@127.0.0.1:5999/#/experiments/1/runs/r1" in remote
+
+
+def test_sigterm_to_mlflow_server_stops_the_server_it_started(tmp_path):
+    """Probe K: `kill <pid>` of `sparktrain mlflow-server` ended the CLI, and the real MLflow server (its child)
+    went on listening on the port; a supervisor's stop or a closed terminal left it behind."""
+    import signal
+    import time
+
+    from sparktrain.track.server import free_port, health_ok, port_in_use
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "sparktrain", "mlflow-server", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                             "--artifacts-destination", str(tmp_path / "artifacts")],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and not health_ok(f"http://127.0.0.1:{port}"):
+            time.sleep(0.5)
+        assert health_ok(f"http://127.0.0.1:{port}"), proc.communicate(timeout=30)[0][-3000:]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and port_in_use(port):
+            time.sleep(0.5)
+        assert not port_in_use(port), "the MLflow server outlived the CLI that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -182,7 +182,28 @@ def serve_forever(port: int = 5000, backend_store_uri: str = "sqlite:///work/mlf
     cmd = server_command(port, backend_store_uri, artifacts_destination)
     print(f"MLflow UI and tracking server: http://{HOST}:{port}  (store {mask_value(backend_store_uri)}, "
           f"artifacts {artifacts_destination}); Ctrl-C stops it", flush=True)
+    # its own session, so that a SIGTERM or SIGHUP to this process (a supervisor, `kill`, a closed terminal)
+    # is passed on to the server and its workers; they outlived it before, still listening on the port
+    proc = subprocess.Popen(cmd, env=_server_env(), start_new_session=True)
+
+    def stop_server(signum: int = signal.SIGTERM, frame: object = None) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, stop_server) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        return subprocess.call(cmd, env=_server_env())
-    except KeyboardInterrupt:
-        return 0
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C reaches only this process now: stop the server ourselves
+            stop_server()
+            return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
