@@ -120,7 +120,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
     with contextlib.ExitStack() as stack:
         if tracker is not None:
             result.tracking = TrackingSummary(uri=tracker.uri, experiment_id=tracker.experiment_id,
-                                              run_id=stack.enter_context(tracker.job(spark, master)).run_id)
+                                              run_id=stack.enter_context(tracker.job(spark, master)).run_id,
+                                              model_name=cfg.tracking.model_name or cfg.name)
         if "profile" in wanted:
             from sparktrain.features.label import max_classes_of
             from sparktrain.features.load import load_input
@@ -194,6 +195,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                         _print(format_trials(exc.result))
                     raise
                 result.seconds["tune"] = time.perf_counter() - t0
+                if result.tracking is not None and result.tune.model_version:
+                    result.tracking.tuned = result.tune
             _print("== tune")
             _print(format_trials(result.tune))
     if result.tracking is not None:
@@ -210,6 +213,8 @@ class TrackingSummary:
     experiment_id: str
     run_id: str
     model: Any = None  # sparktrain.track.registry.RegisteredVersion
+    model_name: str = ""  # tracking.model_name (or the job's name)
+    tuned: Any = None  # the tune stage's SearchResult, when it registered a version
 
     def format(self) -> str:
         from sparktrain.track.params import mask_url_password
@@ -218,15 +223,25 @@ class TrackingSummary:
         lines = [f"job run:  {self.run_id} (experiment {self.experiment_id}, {mask_url_password(self.uri)})"]
         # the commands below read the default store unless told: name this run's store when it is another
         store = "" if self.uri == "sqlite:///" + os.path.abspath("work/mlflow.db") else mask_url_password(self.uri)
-        m = self.model
+        m, t = self.model, self.tuned
+        moved = t is not None and t.model_champion  # the search's version took the alias after the train stage's
         if m is not None and m.version is not None:
             score = f", {m.metric} {m.score:.4f}" if m.score is not None else ""
-            champ = "alias champion -> this version" if m.champion else "champion unchanged (not better)"
+            champ = ("champion until the search's version below" if m.champion and moved else
+                     "alias champion -> this version" if m.champion else "champion unchanged (not better)")
             lines.append(f"model:    registered '{m.name}' version {m.version}{score}; {champ}")
-            lines.append(f"score:    sparktrain score --model models:/{m.name}@champion --input RAW --output OUT"
-                         + (f" --tracking-uri {store}" if store else ""))
         elif m is not None:
             lines.append(f"model:    {m.model_uri} (tracking.register is off)")
+        if t is not None:
+            test = "".join(f", {k} {v:.4f}" for k, v in list(t.test_metrics.items())[:1])
+            champ = "alias champion -> this version" if moved else "champion unchanged (not better)"
+            lines.append(f"tuned:    registered version {t.model_version} (trial {t.registered_number}){test}; "
+                         f"{champ}")
+        name = m.name if m is not None and m.version is not None else None
+        if name is not None or t is not None:
+            name = name or self.model_name
+            lines.append(f"score:    sparktrain score --model models:/{name}@champion --input RAW --output OUT"
+                         + (f" --tracking-uri {store}" if store else ""))
         if is_remote(self.uri):
             base = mask_url_password(self.uri).rstrip("/")
             lines.append(f"UI:       {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
