@@ -86,7 +86,8 @@ display(raw.select("flight_id", "carrier", "origin", "dest", "dep_delay", "temp"
 
 # MAGIC %md
 # MAGIC ## 2. The job config and its compiled feature pipeline
-# MAGIC `load_config` validates the whole YAML before any Spark work; the overrides point data, output,
+# MAGIC `load_config` validates every key and value before any Spark work (the search space is compiled when a
+# MAGIC search starts); the overrides point data, output,
 # MAGIC store and tracking at this notebook's folder. The `features:` section compiles into an ordinary,
 # MAGIC unfitted `pyspark.ml.Pipeline`.
 
