@@ -425,3 +425,20 @@ def test_sigterm_to_mlflow_server_stops_the_server_it_started(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_regression_model_worse_than_the_mean_is_said_with_the_settings_to_change(caplog):
+    """Probe J: a 3-epoch regression ended with test_r2 -0.95 and no word (a binary model below chance warns)."""
+    import logging
+
+    from sparktrain.config import parse_config
+    from sparktrain.job import _warn_below_mean
+
+    cfg = parse_config({"data": {"label": "price"}, "train": {"epochs": 3, "learning_rate": 0.001}})
+    with caplog.at_level(logging.WARNING, logger="sparktrain.job"):
+        _warn_below_mean({"test_rmse": 2.1, "test_r2": -0.953}, cfg)
+        _warn_below_mean({"test_rmse": 0.4, "test_r2": 0.81}, cfg)
+    assert len(caplog.records) == 1
+    text = caplog.records[0].getMessage()
+    assert "worse than the label's mean would (test_r2 -0.953)" in text
+    assert "raise train.epochs (now 3) or train.learning_rate (now 0.001)" in text

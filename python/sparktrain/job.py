@@ -406,8 +406,19 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
             baseline = mllib_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics
     log.info("task %s (label '%s'%s)", model.inputs.task, cfg.data.label,
              f", classes {list(model.inputs.classes)[:10]}" if model.inputs.classes else "")
+    _warn_below_mean(test, cfg)
     return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
                        seconds=time.perf_counter() - t0, baseline_model=baseline_name(model.inputs.task))
+
+
+def _warn_below_mean(test: Dict[str, float], cfg: JobConfig) -> None:
+    """Warn when a regression model predicts the test split worse than the label's mean (``test_r2`` < 0)."""
+    r2 = test.get("test_r2")
+    if r2 is None or not r2 == r2 or r2 >= 0 or cfg.train is None:
+        return
+    log.warning("the model predicts the test split worse than the label's mean would (test_r2 %.3f): it has not "
+                "learned the label yet. Usually too few optimizer steps for its scale: raise train.epochs (now %d) "
+                "or train.learning_rate (now %g), or lower train.batch_size (now %d)", r2, cfg.train.epochs, cfg.train.learning_rate, cfg.train.batch_size)
 
 
 def _check_features_json(dataset_path: str) -> None:
