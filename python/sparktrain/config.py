@@ -206,6 +206,13 @@ class TuneConfig:
             require(isinstance(self.stop_at, (int, float)) and not isinstance(self.stop_at, bool)
                     and math.isfinite(self.stop_at), "tune.stop_at", self.stop_at,
                     "must be a finite number: the value of tune.metric at which the search stops")
+            leaf = self.metric.rsplit("_", 1)[-1]
+            share = leaf in ("accuracy", "auc")
+            unreachable = (share and not 0 <= self.stop_at <= 1) or \
+                (leaf in ("loss", "rmse") and self.metric.startswith(("val_", "train_")) and self.stop_at < 0)
+            require(not unreachable, "tune.stop_at", self.stop_at,
+                    f"{self.metric} never reaches it ({'a share, in [0, 1]' if share else 'never below 0'}), so "
+                    f"the search would never stop there; give a value {self.metric} can take")
         require(bool(self.space), "tune.space", self.space,
                 "give at least one parameter, e.g. {learning_rate: {loguniform: [1.0e-4, 1.0e-2]}}")
 

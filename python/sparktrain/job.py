@@ -418,7 +418,8 @@ def _warn_below_mean(test: Dict[str, float], cfg: JobConfig) -> None:
         return
     log.warning("the model predicts the test split worse than the label's mean would (test_r2 %.3f): it has not "
                 "learned the label yet. Usually too few optimizer steps for its scale: raise train.epochs (now %d) "
-                "or train.learning_rate (now %g), or lower train.batch_size (now %d)", r2, cfg.train.epochs, cfg.train.learning_rate, cfg.train.batch_size)
+                "or train.learning_rate (now %g), or lower train.batch_size (now %d)", r2, cfg.train.epochs,
+                cfg.train.learning_rate, cfg.train.batch_size)
 
 
 def _check_features_json(dataset_path: str) -> None:

@@ -74,6 +74,8 @@ def test_unknown_engine_sampler_or_pruner_is_refused_with_the_valid_names(tmp_pa
     ({"time_budget_s": 0}, "tune.time_budget_s", "must be > 0 seconds"),
     ({"stop_at": float("nan")}, "tune.stop_at", "must be a finite number"),
     ({"stop_at": True}, "tune.stop_at", "expected a number"),
+    ({"stop_at": 1.5, "metric": "val_accuracy"}, "tune.stop_at", "val_accuracy never reaches it (a share, in [0, 1])"),
+    ({"stop_at": -0.1, "metric": "val_loss"}, "tune.stop_at", "val_loss never reaches it (never below 0)"),
 ])
 def test_engine_settings_that_cannot_work_are_refused(tmp_path, tune, path, words):
     with pytest.raises(ConfigError) as info:

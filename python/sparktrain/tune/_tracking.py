@@ -198,8 +198,9 @@ class TrialTracker(Listener):
             self.client.log_batch(best_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (test or {}).items()],
                                   tags=[RunTag("sparktrain.best", "true")])
         table = [{"trial": r.number, "status": r.status, metric: r.metric, "seconds": r.seconds, "epochs": r.epochs,
-                  "params": {k: _param_text(v) for k, v in r.params.items()}, "error": r.error} for r in records]
-        self.client.log_text(self.parent_run_id, json.dumps(table, indent=2), "tune/trials.json")
+                  "params": {k: list(v) if isinstance(v, tuple) else v for k, v in r.params.items()},
+                  "error": r.error} for r in records]
+        self.client.log_text(self.parent_run_id, json.dumps(table, indent=2, default=str), "tune/trials.json")
         with tempfile.TemporaryDirectory(prefix="sparktrain-tune-") as tmp:
             path = os.path.join(tmp, "loss_vs_trial.png")
             plot_trials(records, metric, goal, path)
