@@ -442,3 +442,25 @@ def test_a_regression_model_worse_than_the_mean_is_said_with_the_settings_to_cha
     text = caplog.records[0].getMessage()
     assert "worse than the label's mean would (test_r2 -0.953)" in text
     assert "raise train.epochs (now 3) or train.learning_rate (now 0.001)" in text
+
+
+def test_a_dataset_preprocessed_from_another_config_is_described_key_by_key():
+    """Probe I: `sparktrain tune` on an output.path preprocessed with 2 features and split seed 99 said nothing,
+    while the job's MLflow run logged the config's 5 features and seed 42."""
+    from sparktrain.config import parse_config
+    from sparktrain.job import config_differences
+
+    cfg = parse_config({"data": {"label": "species"}, "split": {"seed": 42},
+                        "features": [{"name": "x1", "type": "numeric"}, {"name": "x2", "type": "numeric"},
+                                     {"name": "color", "type": "categorical"}]})
+    meta = {"label": {"column": "species"},
+            "features": [{"name": "x1", "type": "numeric"}, {"name": "color", "type": "numeric"}],
+            "dataset": {"split": {"seed": 99, "fractions": {"train": 0.8, "validation": 0.1, "test": 0.1}}}}
+    assert config_differences(cfg, meta) == [
+        "features the config lists but the dataset lacks: x2",
+        "feature 'color' is numeric in the dataset, categorical in the config",
+        "split.seed: 99 in the dataset, 42 in the config"]
+    same = dict(meta, features=[{"name": "x1", "type": "numeric"}, {"name": "x2", "type": "numeric"},
+                                {"name": "color", "type": "categorical"}],
+                dataset={"split": {"seed": 42, "fractions": {"train": 0.8, "validation": 0.1, "test": 0.1}}})
+    assert config_differences(cfg, same) == []

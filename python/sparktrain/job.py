@@ -157,6 +157,8 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
             written = posixpath.basename(result.preprocess.generation) if result.preprocess is not None and \
                 result.preprocess.generation else None
             dataset = stack.enter_context(reading(_dataset_root(result.preprocess, cfg), "output.path", written))
+            if result.preprocess is None:
+                _warn_other_dataset(cfg, dataset)
         if "train" in wanted:
             with _stage(tracker, "train") as run:
                 t0 = time.perf_counter()
@@ -409,6 +411,47 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
     _warn_below_mean(test, cfg)
     return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
                        seconds=time.perf_counter() - t0, baseline_model=baseline_name(model.inputs.task))
+
+
+def config_differences(cfg: JobConfig, meta: Dict[str, Any]) -> List[str]:
+    """How the dataset's ``features.json`` differs from what ``cfg`` would preprocess: features, label, split."""
+    out: List[str] = []
+    want = {f.name: f.type for f in cfg.features}
+    have = {str(f.get("name")): f.get("type") for f in meta.get("features") or [] if isinstance(f, dict)}
+    if want and want != have:
+        missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+        retyped = sorted(n for n in set(want) & set(have) if want[n] != have[n])
+        out += ([f"features the config lists but the dataset lacks: {', '.join(missing)}"] if missing else []) + \
+            ([f"features the dataset has but the config does not list: {', '.join(extra)}"] if extra else []) + \
+            [f"feature '{n}' is {have[n]} in the dataset, {want[n]} in the config" for n in retyped]
+    label = (meta.get("label") or {}).get("column") if isinstance(meta.get("label"), dict) else None
+    if label and cfg.data.label and label != cfg.data.label:
+        out.append(f"label: '{label}' in the dataset, '{cfg.data.label}' in the config")
+    split = ((meta.get("dataset") or {}).get("split") or {})
+    if split.get("seed") is not None and split.get("seed") != cfg.split.seed:
+        out.append(f"split.seed: {split['seed']} in the dataset, {cfg.split.seed} in the config")
+    fractions = split.get("fractions") or {}
+    for name in ("train", "validation", "test"):
+        if name in fractions and abs(float(fractions[name]) - float(getattr(cfg.split, name))) > 1e-9:
+            out.append(f"split.{name}: {fractions[name]} in the dataset, {getattr(cfg.split, name)} in the config")
+    return out
+
+
+def _warn_other_dataset(cfg: JobConfig, dataset: str) -> None:
+    """Warn when ``train``/``tune`` run on an output.path preprocessed from another config than this one: the
+    job's MLflow params would describe features and a split the model never saw (probe I)."""
+    from sparktrain.train.inputs import read_features_json
+
+    try:
+        meta = read_features_json(dataset) or {}
+    except Exception:  # noqa: BLE001 - the stage itself reports an unreadable features.json
+        return
+    diffs = config_differences(cfg, meta)
+    if diffs:
+        log.warning("output.path '%s' was preprocessed with other settings than this config's (%s); this job "
+                    "trains on the dataset as it is, and logs the config's settings. Fix: `sparktrain preprocess "
+                    "CONFIG` (or `sparktrain run CONFIG`) to rebuild it from this config", mask_value(dataset),
+                    "; ".join(diffs))
 
 
 def _warn_below_mean(test: Dict[str, float], cfg: JobConfig) -> None:
