@@ -210,6 +210,7 @@ def test_bad_config_exits_1_with_a_clear_message(tmp_path):
     rc, _, err = _sparktrain(tmp_path, "profile", FLIGHTS_YAML, "--set", "train.num_workers=0", timeout=60)
     assert rc == 1
     assert "error: config key 'train.num_workers' = 0: must be >= 1" in err
+    assert err.count("must be >= 1") == 1  # probe I: once, not also as an ERROR log record
 
     rc, _, err = _sparktrain(tmp_path, "profile", tmp_path / "missing.yaml", timeout=60)
     assert rc == 1

@@ -161,7 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from sparktrain._internal.secrets import mask_value
 
         text = mask_value(str(exc))  # an error may quote a URI or a config value
-        log.error("%s", text)
+        log.debug("%s: %s", type(exc).__name__, text)  # the error once on stderr, not also as a log record
         print(f"error: {text}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the stages cancel their Spark jobs on the way out; one line, not a traceback

@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
@@ -270,12 +271,15 @@ def log_pyfunc_model(model: Any, dataset_root: str, run_id: str, input_example: 
         code = _package_copy(os.path.join(tmp, "code"))
         if not os.path.isfile(entry):  # the package is a zip (spark-submit --py-files): the copy's file
             entry = os.path.join(code, "serve", "_model_code.py")
-        return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
-                         model_id=logged.model_id, python_model=entry, artifacts=artifacts, code_paths=[code],
-                         signature=model_signature(meta, model.inputs), input_example=input_example,
-                         pip_requirements=pip_requirements(model.framework),
-                         metadata={"sparktrain": {"framework": model.framework, "task": model.inputs.task,
-                                                  "label": model.getLabelCol(), **(metadata or {})}})
+        with warnings.catch_warnings():  # sparktrain says itself why there is no example: not MLflow's colours too
+            if input_example is None:
+                warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
+            return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
+                             model_id=logged.model_id, python_model=entry, artifacts=artifacts,
+                             code_paths=[code], signature=model_signature(meta, model.inputs),
+                             input_example=input_example, pip_requirements=pip_requirements(model.framework),
+                             metadata={"sparktrain": {"framework": model.framework, "task": model.inputs.task,
+                                                      "label": model.getLabelCol(), **(metadata or {})}})
 
 
 def load_spark_model(model_uri: str, dst_path: Optional[str] = None, tracking_uri: Optional[str] = None):
