@@ -222,7 +222,8 @@ def format_trials(result: SearchResult, max_error: int = 60) -> str:
         why = {"time_budget_s": "tune.time_budget_s spent", "stop_at": f"{result.metric} reached tune.stop_at"}
         summary += f"; stopped early ({why.get(result.stop_reason or '', 'no improvement')})"
     if result.test_metrics:
-        summary += "; best model on test: " + ", ".join(f"{k} = {v:.4f}" for k, v in result.test_metrics.items())
+        summary += (f"; this search's best (trial {best}) on test: "
+                    + ", ".join(f"{k} = {v:.4f}" for k, v in result.test_metrics.items()))
     if result.study_best_number is not None and result.study_best_metric is not None:
         summary += (f"; the study's best is trial {result.study_best_number} of an earlier search "
                     f"({result.metric} = {result.study_best_metric:.5g}), better than this search's best")
@@ -231,7 +232,7 @@ def format_trials(result: SearchResult, max_error: int = 60) -> str:
         which = "" if result.registered_number is None else f" from trial {result.registered_number}"
         summary += f"; registered{which} as version {result.model_version} ({moved})"
     if result.model_dir:
-        summary += f"; best model kept in {result.model_dir}"
+        summary += f"; trial {best}'s model kept in {result.model_dir}"
     return "\n".join([*lines, summary])
 
 
