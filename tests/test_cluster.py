@@ -179,6 +179,34 @@ def standalone_cluster(tmp_path_factory):
     cluster.stop()
 
 
+def kill_a_worker_mid_run(base: Path, script, started) -> tuple:
+    """Run a driver on a fresh cluster and SIGKILL a Worker (its JVM and executor) once ``started()`` holds.
+
+    ``script(master_url, conf_json)`` is the driver's Python code; it prints one ``RESULT {json}`` line.
+    Returns ``(result, stderr, seconds from the kill to the driver's end)``.
+    """
+    cluster = start_standalone_cluster(base / "cluster")
+    try:
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+        proc = subprocess.Popen([sys.executable, "-c", script(cluster.master_url, json.dumps(CLUSTER_CONF))],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 400
+        running = False
+        while time.monotonic() < deadline and not running and proc.poll() is None:
+            running = started()
+            time.sleep(0.5)
+        assert running, proc.communicate(timeout=60)
+        os.killpg(cluster.procs["worker1"].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=600)
+        ended = time.monotonic() - killed
+    finally:
+        cluster.stop()
+    lines = [json.loads(x.split(" ", 1)[1]) for x in out.splitlines() if x.startswith("RESULT ")]
+    assert lines, out[-3000:] + err[-6000:]
+    return lines[0], err, ended
+
+
 # ---------------------------------------------------------------- drivers
 
 

@@ -6,12 +6,6 @@ by stallTimeout and the error names the rank whose executor was lost, not its pe
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -49,31 +43,17 @@ def test_a_fit_that_loses_a_worker_names_the_lost_executor_and_ends_at_stall_tim
     """Probe G: the error led with the surviving rank's gloo "connection closed by peer" and never said that
     an executor was lost.  Now it names the lost rank's executor and Spark's reason, then the slots wait."""
     from sparktrain.data.run_store import RunStore
-    from tests.test_cluster import CLUSTER_CONF, start_standalone_cluster
+    from tests.test_cluster import kill_a_worker_mid_run
 
-    cluster = start_standalone_cluster(tmp_path / "cluster")
     store = tmp_path / "store"
-    try:
-        script = _SCRIPT.format(python=str(REPO / "python"), master=cluster.master_url,
-                                conf=json.dumps(CLUSTER_CONF), store=str(store))
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 400
-        trained = False
-        while time.monotonic() < deadline and not trained and proc.poll() is None:
-            trained = (store / "lost").exists() and any(
-                e["event"] == "epoch_finished" for e in RunStore(str(store), "lost").read_events())
-            time.sleep(0.5)
-        assert trained, proc.communicate(timeout=60)
-        os.killpg(cluster.procs["worker1"].pid, signal.SIGKILL)  # the Worker JVM and its executor
-        killed = time.monotonic()
-        out, err = proc.communicate(timeout=600)
-    finally:
-        cluster.stop()
-    lines = [json.loads(x.split(" ", 1)[1]) for x in out.splitlines() if x.startswith("RESULT ")]
-    assert lines, out[-3000:] + err[-6000:]
-    result = lines[0]
+
+    def trained() -> bool:
+        return (store / "lost").exists() and any(e["event"] == "epoch_finished"
+                                                 for e in RunStore(str(store), "lost").read_events())
+
+    result, err, ended = kill_a_worker_mid_run(
+        tmp_path, lambda master, conf: _SCRIPT.format(python=str(REPO / "python"), master=master, conf=conf,
+                                                      store=str(store)), trained)
     assert result["error"] == "SlotsUnavailableError", (result, err[-6000:])
     assert (result["needed"], result["free"]) == (2, 1)
     message = result["message"]
@@ -83,5 +63,5 @@ def test_a_fit_that_loses_a_worker_names_the_lost_executor_and_ends_at_stall_tim
     assert "connection closed" not in message.lower().split(" -- then ")[0], message
     for words in ("stallTimeout", "elastic=True", "runId='lost'"):
         assert words in message, (words, message)
-    assert time.monotonic() - killed < 300
+    assert ended < 300
     assert any((store / "lost" / "checkpoints").rglob("*")), "the run's checkpoint is kept to resume from"

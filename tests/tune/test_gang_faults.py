@@ -197,35 +197,17 @@ def test_a_search_that_loses_a_worker_stops_with_an_error_and_keeps_its_budget(t
     counted against max_trials, so the persistent study was spent and its rerun refused.  Now the search waits a
     bounded time for the slots, then stops with a SearchStoppedError that says so; the trial is recorded as
     interrupted (not spent) and no other trial is started."""
-    import signal
-    import time
-
     from sparktrain.data.run_store import RunStore
-    from tests.test_cluster import CLUSTER_CONF, start_standalone_cluster
+    from tests.test_cluster import kill_a_worker_mid_run
 
-    cluster = start_standalone_cluster(tmp_path / "cluster")
-    try:
-        script = _CAPACITY_SCRIPT.format(python=str(REPO / "python"), master=cluster.master_url,
-                                         conf=json.dumps(CLUSTER_CONF), root=str(tmp_path), data=_DATA)
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-        proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 400
-        trained = False
-        while time.monotonic() < deadline and not trained and proc.poll() is None:
-            runs = [p.name for p in (tmp_path / "store").glob("tune-*-t001")]
-            trained = bool(runs) and any(e["event"] == "epoch_finished"
-                                         for e in RunStore(str(tmp_path / "store"), runs[0]).read_events())
-            time.sleep(0.5)
-        assert trained, proc.communicate(timeout=60)
-        os.killpg(cluster.procs["worker1"].pid, signal.SIGKILL)  # the Worker JVM and its executor
-        killed = time.monotonic()
-        out, err = proc.communicate(timeout=600)
-    finally:
-        cluster.stop()
-    lines = [json.loads(x.split(" ", 1)[1]) for x in out.splitlines() if x.startswith("RESULT ")]
-    assert lines, out[-3000:] + err[-6000:]
-    result = lines[0]
+    def trained() -> bool:
+        runs = [p.name for p in (tmp_path / "store").glob("tune-*-t001")]
+        return bool(runs) and any(e["event"] == "epoch_finished"
+                                  for e in RunStore(str(tmp_path / "store"), runs[0]).read_events())
+
+    result, err, ended = kill_a_worker_mid_run(
+        tmp_path, lambda master, conf: _CAPACITY_SCRIPT.format(python=str(REPO / "python"), master=master,
+                                                               conf=conf, root=str(tmp_path), data=_DATA), trained)
     assert result["error"] == "SearchStoppedError", (result, err[-6000:])
     assert "a trial needs: an executor was lost and not replaced" in result["message"] or \
         "SPARK-24819" in result["message"], result
@@ -233,4 +215,4 @@ def test_a_search_that_loses_a_worker_stops_with_an_error_and_keeps_its_budget(t
     assert len(result["trials"]) == 1, result["trials"]  # no trial burnt on the missing slots
     state, error = result["trials"][0]
     assert state == "FAIL" and error.startswith("interrupted: "), result["trials"]  # not counted: it runs again
-    assert time.monotonic() - killed < 300
+    assert ended < 300
