@@ -6,12 +6,15 @@ aggregation, never a collect of rows).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from sparktrain.config import TrainConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ def evaluate_model(model, df) -> EvalResult:
     pred = model.getPredictionCol()
     task = model.inputs.task
     out: Dict[str, float] = {}
-    if task == "binary":
+    if task == "binary" and both_classes(scored, "__y", "the test split"):
         out["test_auc"] = BinaryClassificationEvaluator(
             rawPredictionCol=model.getProbabilityCol(), labelCol="__y", metricName="areaUnderROC").evaluate(scored)
     if task in ("binary", "multiclass"):
@@ -61,6 +64,23 @@ def evaluate_model(model, df) -> EvalResult:
             out[f"test_{metric}"] = RegressionEvaluator(labelCol="__y", predictionCol=pred,
                                                         metricName=metric).evaluate(scored)
     return EvalResult(metrics={k: float(v) for k, v in out.items()}, seconds=time.perf_counter() - t0)
+
+
+def both_classes(df, label: str, where: Optional[str]) -> bool:
+    """Whether a binary split holds both classes; AUC is undefined otherwise (Spark's evaluator says 0.0, which
+    would read as the worst model and lose the registry's champion comparison), so it is left out, with a
+    warning naming ``where`` (None: no warning)."""
+    from pyspark.sql import functions as F
+
+    row = df.agg(F.count(F.col(label)).alias("n"), F.sum((F.col(label) > 0.5).cast("long")).alias("pos")).first()
+    n, pos = int(row["n"] or 0), int(row["pos"] or 0)
+    if 0 < pos < n:
+        return True
+    if where is not None:
+        log.warning("%s holds %d row(s), all of class %s: its AUC is undefined and left out of the test metrics "
+                    "(test_accuracy stays). A rare class needs a larger split: raise split.test, or give a "
+                    "data.key / split.seed that spreads the class", where, n, "positive" if pos else "negative")
+    return False
 
 
 def baseline_name(task: str) -> str:
@@ -122,7 +142,7 @@ def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalRes
                                          family="binomial" if task == "binary" else "multinomial"))
     scored = Pipeline(stages=stages).fit(train).transform(test)
     out: Dict[str, float] = {}
-    if task == "binary":
+    if task == "binary" and both_classes(test, "__y", None):
         out["test_auc"] = BinaryClassificationEvaluator(rawPredictionCol="rawPrediction", labelCol="__y",
                                                         metricName="areaUnderROC").evaluate(scored)
     if task in ("binary", "multiclass"):
