@@ -91,7 +91,10 @@ def _preprocess_error(spark, df, tmp_path, label):
     # all 1.0: Spark ML's 0.0/1.0 convention made it 'binary' with one class (train AUC NaN), silently
     ("IF(id = 3, NULL, CAST(1 AS DOUBLE))", DataError, f"holds one value, 1.0, in all {ROWS - 1:,} labelled rows"),
     ("map('k', id)", SchemaError, "has type map<string,bigint>, which a model cannot learn"),
-], ids=["nan", "all-null", "one-class", "one-float-value", "map"])
+    # probe M: classes 2^60 and 2^60+1 were predicted back as the same double
+    ("CAST(1152921504606846976 + id % 2 AS BIGINT)", DataError, "has class values beyond 2^53 (e.g. "
+                                                                "1152921504606846976)"),
+], ids=["nan", "all-null", "one-class", "one-float-value", "map", "huge-ids"])
 def test_a_bad_label_gets_the_same_error_on_both_paths(spark, tmp_path, sql, error, words):
     df = spark.sql(f"SELECT id, CAST(id AS DOUBLE) / {ROWS} AS x, {sql} AS y FROM range({ROWS})")
     from_preprocess = _preprocess_error(spark, df, tmp_path, "y")

@@ -219,7 +219,8 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
     Refused, each naming the column, the value and the fix: an input with no
     rows; null labels with ``drop_null_labels`` false; a label that is null
     everywhere; a single class, or a regression label with one value;
-    more than ``max_classes`` classes; NaN or infinity in a regression label.
+    more than ``max_classes`` classes; integer classes beyond 2^53 (a double
+    prediction cannot tell them apart); NaN or infinity in a regression label.
     """
     col, n = summary.column, summary.rows
     where = _where(col)
@@ -248,6 +249,13 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
                 f"{where} has more than {max_classes:,} classes (e.g. {sample}, ...), over train.max_classes="
                 f"{max_classes}. Is it an id or a measurement? Use a float column for regression (or train.task: "
                 f"regression), group rare classes in your ETL, or raise train.max_classes.")
+        huge = [v for v, _, _ in classes if summary.kind == "integer" and isinstance(v, int) and abs(v) > 2 ** 53]
+        if huge:
+            raise DataError(
+                f"{where} ({summary.source_dtype}) has class values beyond 2^53 (e.g. {huge[0]}), which a "
+                f"prediction (a double) cannot tell apart: {huge[0]} and {huge[0] + 1} would come back as the same "
+                f"number. Cast the label to string (F.col('{col}').cast('string'), or CAST in data.query) so "
+                f"classes come back as their text, or map them to small ids in your ETL.")
         if len(classes) == 1:
             raise DataError(
                 f"{where} has a single class, {classes[0][1]!r}, in all {labelled:,} labelled rows: there is "
