@@ -297,11 +297,11 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None, tracking_ur
     ----------
     model_uri : str
         ``models:/NAME@champion``, ``models:/NAME/3``, ``models:/NAME`` (its latest version), ``runs:/...`` or
-        a path; checked as :func:`sparktrain.serve.scoring.resolve_model` checks it.
+        a path; checked as :func:`sparktrain.track.lookup.resolve_model` checks it.
     dst_path : str, optional
         Where to download the model (default: a temporary folder).
     tracking_uri : str, optional
-        The MLflow store, as :func:`sparktrain.serve.scoring.use_store` chooses it (by default MLflow's
+        The MLflow store, as :func:`sparktrain.track.lookup.use_store` chooses it (by default MLflow's
         process-wide URI when set, else the one ``sparktrain score`` reads, ``sqlite:///work/mlflow.db``).
 
     Returns
@@ -318,7 +318,7 @@ def load_spark_model(model_uri: str, dst_path: Optional[str] = None, tracking_ur
     """
     from mlflow.artifacts import download_artifacts
 
-    from sparktrain.serve.scoring import resolve_model, use_store
+    from sparktrain.track.lookup import resolve_model, use_store
 
     local = download_artifacts(artifact_uri=resolve_model(model_uri, use_store(model_uri, tracking_uri)),
                                dst_path=dst_path)

@@ -21,26 +21,21 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from sparktrain._internal.secrets import mask_value
+from sparktrain.track.lookup import (DEFAULT_TRACKING_URI, missing_db, resolve_model,  # noqa: F401 - API
+                                     resolve_tracking_uri, use_store)
 from sparktrain.errors import (ColumnClashError, ConfigError, DatasetNotFoundError, DuplicateColumnError,
                                MissingColumnError, TrackingError)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TRACKING_URI = "sqlite:///work/mlflow.db"
 #: The file formats ``score`` reads (``data.format``'s).
 FORMATS = ("parquet", "csv", "json", "orc")
 _EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".orc": "orc", ".parquet": "parquet"}
-
-
-def resolve_tracking_uri(tracking_uri: Optional[str] = None) -> str:
-    """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else the job default ``sqlite:///work/mlflow.db``."""
-    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def _refuse_store_bundle(model_uri: str) -> None:
@@ -461,80 +456,6 @@ def _check_registered(model_uri: str, raw_uri: str, given_by: str) -> str:
     pinned = resolve_model(model_uri, uri, fix=fix)
     if pinned != model_uri:
         log.info("score: %s is %s now; the whole job reads that version", model_uri, pinned)
-    return pinned
-
-
-def missing_db(model_uri: str, registry_uri: str, fix: str) -> None:
-    """Refuse a lookup in a sqlite store whose file does not exist: MLflow would create an empty store to say no."""
-    from sparktrain.errors import ModelNotFoundError
-    from sparktrain.track import store
-
-    uri = store.normalize_uri(registry_uri)
-    db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
-    if model_uri.startswith(("models:/", "runs:/")) and db not in ("", ":memory:") and not os.path.exists(db):
-        raise ModelNotFoundError(f"cannot look up {model_uri}: there is no MLflow store at {mask_value(uri)} (the "
-                                 f"file does not exist){fix}")
-
-
-def use_store(model_uri: str, tracking_uri: Optional[str] = None) -> Optional[str]:
-    """The MLflow store the Python scoring API reads a model from, as ``sparktrain score`` does.
-
-    ``tracking_uri`` when given; else MLflow's process-wide URI when one is set (``mlflow.set_tracking_uri``,
-    ``MLFLOW_TRACKING_URI``; returns None); else the job default ``sqlite:///work/mlflow.db``, where
-    ``sparktrain run`` registers (MLflow's own default, ``./mlflow.db``, is another file: a fresh notebook found
-    no model, and an empty store was created).  A chosen store becomes MLflow's process-wide tracking and
-    registry URI, since ``spark_udf`` and the model's download read those; a sqlite file that does not exist
-    is refused first (:func:`missing_db`).
-    """
-    from mlflow.tracking._tracking_service.utils import is_tracking_uri_set
-
-    from sparktrain.track import store
-
-    if tracking_uri is None and is_tracking_uri_set():
-        return None
-    uri = store.normalize_uri(resolve_tracking_uri(tracking_uri))
-    missing_db(model_uri, uri, ". Pass tracking_uri= (the job's tracking.uri), or call mlflow.set_tracking_uri"
-                               if tracking_uri is None else "")
-    store.configure(uri)
-    return uri
-
-
-def resolve_model(model_uri: str, registry_uri: Optional[str] = None, fix: str = "") -> str:
-    """``model_uri`` pinned to the version it names now, after checking that it exists with its files.
-
-    Raises :class:`~sparktrain.errors.ModelNotFoundError` for a sqlite store whose file does not exist (MLflow
-    would create an empty one), a model, alias or version the registry does not have (listing what it has), and
-    a version whose artifacts are gone (naming the version, its run and where they were), before any Spark job.
-    ``registry_uri``: default MLflow's process-wide registry URI.
-    """
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-    from mlflow.models import get_model_info
-
-    from sparktrain.errors import ModelNotFoundError
-    from sparktrain.track.registry import check_model_uri, pin_model_uri
-
-    registry = registry_uri or mlflow.get_registry_uri()
-    missing_db(model_uri, registry, fix or ". Point MLflow at the store that holds it (mlflow.set_registry_uri, "
-                                           "MLFLOW_TRACKING_URI)")
-    client = MlflowClient(registry_uri, registry_uri) if registry_uri else MlflowClient()
-    check_model_uri(client, model_uri, fix=fix)
-    pinned = pin_model_uri(client, model_uri)
-    try:
-        get_model_info(pinned)
-    except (MlflowException, OSError) as exc:
-        if "No such artifact" not in str(exc) and not isinstance(exc, FileNotFoundError):
-            raise
-        where = ""
-        m = re.match(r"models:/(?P<name>[^/@]+)/(?P<version>\d+)$", pinned)
-        if m:
-            mv = client.get_model_version(m["name"], m["version"])
-            where = f" (run {mv.run_id}; its files were at {mask_value(str(mv.source))})"
-        raise ModelNotFoundError(f"{model_uri} is {pinned}, whose files are gone{where}: its MLmodel cannot be "
-                                 f"read ({mask_value(str(exc))[:200]}). Fix: restore the artifact store, or "
-                                 f"register the model again (sparktrain register --from-store STORE/RUN) or "
-                                 f"score another version") from exc
     return pinned
 
 

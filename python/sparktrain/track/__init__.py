@@ -29,6 +29,10 @@ API (what :func:`sparktrain.job.run_job` uses, and what tuning builds on)
     (``.version``, ``.model_uri``, ``.champion``...).
 ``set_champion_if_better(client, name, version, metric, score, higher_is_better=True, basis=None)``
     Moves alias ``champion`` to ``version`` when it strictly beats the current one.
+``resolve_model(model_uri, registry_uri=None)`` / ``use_store(model_uri, tracking_uri=None)``
+    Find a model before anything reads it (:mod:`sparktrain.track.lookup`): the store the
+    CLI reads by default, a clear ``ModelNotFoundError`` for a missing store, name, alias,
+    version or its files, and the URI pinned to the version it names now.
 ``MlflowServer`` / ``serve_forever``
     A real ``mlflow server`` on 127.0.0.1 (tests; ``sparktrain mlflow-server``).
 ``install_log_masking()``
@@ -55,13 +59,15 @@ _EXPORTS = {
     "log_model_and_register": "sparktrain.track.registry",
     "set_champion_if_better": "sparktrain.track.registry",
     "RegisteredVersion": "sparktrain.track.registry",
+    "resolve_model": "sparktrain.track.lookup",
+    "use_store": "sparktrain.track.lookup",
     "MlflowServer": "sparktrain.track.server",
     "serve_forever": "sparktrain.track.server",
     "install_log_masking": "sparktrain._internal.log_masking",
 }
 
 __all__ = ["JobTracker", "MlflowCallback", "MlflowServer", "RegisteredVersion", "StageRun", "install_log_masking",
-           "log_model_and_register", "serve_forever", "set_champion_if_better"]
+           "log_model_and_register", "resolve_model", "serve_forever", "set_champion_if_better", "use_store"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing sparktrain.track does not import mlflow

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from sparktrain._internal.secrets import mask_value
-from sparktrain.errors import ModelNotFoundError, TrackingError
+from sparktrain.errors import TrackingError
+from sparktrain.track.lookup import check_model_uri, pin_model_uri, registered_model_names  # noqa: F401 - API
 
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
-_MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/]+)|/(?P<version>[^/]+))?/?$")
 
 
 @dataclass(frozen=True)
@@ -59,73 +57,6 @@ def _finite(v: Any) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
-
-
-def registered_model_names(client: Any) -> List[str]:
-    """Names of every registered model (sorted)."""
-    names, token = [], None
-    while True:
-        page = client.search_registered_models(max_results=1000, page_token=token)
-        names += [m.name for m in page]
-        token = getattr(page, "token", None)
-        if not token:
-            return sorted(names)
-
-
-def pin_model_uri(client: Any, model_uri: str) -> str:
-    """``models:/NAME@alias``, ``models:/NAME`` or ``models:/NAME/latest`` as the version it names now,
-    ``models:/NAME/<version>``; any other URI as it is.
-
-    A job that reads a model several times (its signature, its files, once per
-    Spark worker) reads one version, even when another job moves the alias
-    meanwhile.  Call :func:`check_model_uri` first for a clear error.
-    """
-    m = _MODELS_URI.match(model_uri)
-    if m is None or m["name"].startswith("m-") or (m["version"] and m["version"] != "latest"):
-        return model_uri
-    name = m["name"]
-    if m["alias"]:
-        return f"models:/{name}/{client.get_model_version_by_alias(name, m['alias']).version}"
-    versions = [int(v.version) for v in client.search_model_versions(f"name='{name}'")]
-    return f"models:/{name}/{max(versions)}" if versions else model_uri
-
-
-def check_model_uri(client: Any, model_uri: str, fix: str = "") -> None:
-    """Raise :class:`ModelNotFoundError` when a ``models:/NAME...`` URI names nothing in the registry.
-
-    The message names the model and lists the registered models (or the
-    aliases and versions of the named one); ``fix`` is appended when the name
-    is not registered at all (e.g. how to point at another store).
-    """
-    m = _MODELS_URI.match(model_uri)
-    if m is None or m["name"].startswith("m-"):  # runs:/, a path, or models:/<logged model id>
-        return
-    name, alias, version = m["name"], m["alias"], m["version"]
-    from mlflow.exceptions import MlflowException
-
-    try:
-        client.get_registered_model(name)
-    except MlflowException as exc:
-        if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) and "not found" not in str(exc):
-            raise TrackingError(f"cannot read registered model '{name}' from {mask_value(client.tracking_uri)}: "
-                                f"{mask_value(str(exc))}") from exc
-        names = registered_model_names(client)
-        listed = ", ".join(names) if names else "(none)"
-        raise ModelNotFoundError(f"model '{name}' is not in the MLflow registry at {mask_value(client.tracking_uri)}. "
-                                 f"Registered models: {listed}. Train one with `sparktrain run CONFIG` "
-                                 f"(tracking.model_name) or fix the name in {model_uri}{fix}") from exc
-    versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
-    if alias:
-        try:
-            client.get_model_version_by_alias(name, alias)
-        except MlflowException as exc:
-            aliases = sorted(client.get_registered_model(name).aliases or {})
-            raise ModelNotFoundError(f"model '{name}' has no alias '{alias}' (aliases: {', '.join(aliases) or 'none'};"
-                                     f" versions: {', '.join(map(str, versions)) or 'none'}); use "
-                                     f"models:/{name}/<version> or set the alias") from exc
-    elif version and version != "latest" and (not version.isdigit() or int(version) not in versions):
-        raise ModelNotFoundError(f"model '{name}' has no version {version} (versions: "
-                                 f"{', '.join(map(str, versions)) or 'none'})")
 
 
 def score_basis(inputs: Any) -> str:
