@@ -290,6 +290,32 @@ def test_champion_moves_only_to_a_better_version(tracking_uri):
         check_model_uri(client, "models:/unit-model/9")
 
 
+def test_a_deleted_champion_version_gives_the_alias_to_the_best_remaining_not_to_any_newcomer(tracking_uri, caplog):
+    """Probe O: deleting the champion's version drops the alias; the next registration, however bad, took it as
+    "no current champion" while a better version remained."""
+    import logging
+
+    from mlflow import MlflowClient
+
+    from sparktrain.track.registry import set_champion_if_better
+
+    client = MlflowClient(tracking_uri, tracking_uri)
+    client.create_registered_model("kept")
+    exp = client.create_experiment("kept")
+    versions = [int(client.create_model_version("kept", f"file:///tmp/k{i}", client.create_run(exp).info.run_id)
+                    .version) for i in range(5)]
+    assert set_champion_if_better(client, "kept", versions[0], "test_auc", 0.64) is True
+    assert set_champion_if_better(client, "kept", versions[1], "test_auc", 0.87) is True
+    assert set_champion_if_better(client, "kept", versions[2], "test_auc", 0.80) is False
+    client.delete_model_version("kept", str(versions[1]))  # a colleague deletes the champion: MLflow drops the alias
+    with caplog.at_level(logging.WARNING, logger="sparktrain.track.registry"):
+        assert set_champion_if_better(client, "kept", versions[3], "test_auc", 0.64) is False
+    assert int(client.get_model_version_by_alias("kept", "champion").version) == versions[2]
+    assert f"v{versions[2]}, the best remaining version (test_auc 0.80000), holds it again" in caplog.text
+    assert set_champion_if_better(client, "kept", versions[4], "test_auc", 0.90) is True  # a better one still wins
+    assert int(client.get_model_version_by_alias("kept", "champion").version) == versions[4]
+
+
 def test_a_champion_that_predicts_another_target_is_replaced_not_compared(tracking_uri, caplog):
     """A rerun with a redefined label (other classes, or another label column) under the same model name."""
     from mlflow import MlflowClient

@@ -6,6 +6,9 @@ the test ROC AUC for binary models, test accuracy for multiclass, test RMSE for
 regression, and the last epoch's validation loss when there is no test split.
 The alias moves only to a strictly better version; a champion with no
 comparable score (other metric, no tags, no such run metric) is replaced.
+With no champion (the alias never set, or deleted with its version), the
+new version takes it only if it beats every remaining version scored on the
+same metric for the same target; otherwise the best of those holds it again.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from sparktrain._internal.secrets import mask_value
 from sparktrain.errors import TrackingError
 from sparktrain.track.lookup import check_model_uri, pin_model_uri, registered_model_names  # noqa: F401 - API
 
@@ -112,11 +116,23 @@ def set_champion_if_better(client: Any, name: str, version: int, metric: Optiona
         client.set_model_version_tag(name, str(version), k, v)
     try:
         current = client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        current = None
+    except MlflowException as exc:
+        if "RESOURCE_DOES_NOT_EXIST" not in str(getattr(exc, "error_code", "")) and "not found" not in str(exc):
+            raise TrackingError(f"cannot read alias {alias!r} of model {name!r} ({mask_value(str(exc))[:300]}); "
+                                f"it was left as it is, and version {version} is registered. Fix the registry, then "
+                                f"set the alias yourself if v{version} should hold it") from exc
+        current = None  # no alias (never set, or deleted with its version) or one that names a deleted version
     theirs_basis = dict(current.tags or {}).get("sparktrain.score_basis") if current is not None else None
     if current is None:
-        reason = "no current champion"
+        best = _best_other(client, name, version, metric, higher_is_better, basis)
+        if best is not None and score is not None and \
+                ((best[1] > score) if higher_is_better else (best[1] < score)):
+            client.set_registered_model_alias(name, alias, str(best[0]))
+            log.warning("%s had no %s (its version deleted?): v%s, the best remaining version (%s %.5f), holds it "
+                        "again; v%s has %.5f", name, alias, best[0], metric, best[1], version, score)
+            return False
+        reason = "no current champion" + ("" if best is None else f"; it beats the best remaining v{best[0]}'s "
+                                                                    f"{best[1]:.5f}")
     elif int(current.version) == int(version):
         return True
     elif basis is not None and theirs_basis is not None and not _same_target(theirs_basis, basis):
@@ -139,6 +155,24 @@ def set_champion_if_better(client: Any, name: str, version: int, metric: Optiona
     client.set_registered_model_alias(name, alias, str(version))
     log.info("alias %s -> %s v%s (%s)", alias, name, version, reason)
     return True
+
+
+def _best_other(client: Any, name: str, version: int, metric: Optional[str], higher_is_better: bool,
+                basis: Optional[str]) -> Optional[Tuple[int, float]]:
+    """``(version, score)`` of the best other version of ``name`` scored on ``metric`` for the same target."""
+    if metric is None:
+        return None
+    best: Optional[Tuple[int, float]] = None
+    for mv in client.search_model_versions(f"name='{name}'"):
+        tags = dict(mv.tags or {})
+        theirs_basis = tags.get("sparktrain.score_basis")
+        if int(mv.version) == int(version) or tags.get("sparktrain.score_metric") != metric or \
+                (basis is not None and theirs_basis is not None and not _same_target(theirs_basis, basis)):
+            continue
+        theirs = _version_score(client, mv, metric)
+        if theirs is not None and (best is None or ((theirs > best[1]) if higher_is_better else (theirs < best[1]))):
+            best = (int(mv.version), theirs)
+    return best
 
 
 def _version_score(client: Any, mv: Any, metric: Optional[str]) -> Optional[float]:
