@@ -75,6 +75,12 @@ def test_server_killed_mid_training_then_register_from_store(spark, tmp_path, re
     for part in ("network/model.bin", "features/features.json", "model.json", "pipeline_model"):
         assert (Path(bundle["_dir"]) / part).exists(), part
 
+    # probe O: meanwhile another preprocess of the same output.path replaced the generation the model was trained
+    # on; registering read features.json from there and failed, although the bundle holds its own copies
+    import shutil
+
+    assert "_gen-" in bundle["dataset"]
+    shutil.rmtree(bundle["dataset"])
     # the server is back (same stores, another port): one command finishes the tracking
     with MlflowServer(backend, artifacts, log_path=str(tmp_path / "server2.log")) as again:
         registered = register_from_store(spark, run_dir, tracking_uri=again.url)
@@ -86,3 +92,11 @@ def test_server_killed_mid_training_then_register_from_store(spark, tmp_path, re
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")]
         assert sorted(steps) == list(range(EPOCHS))  # every epoch once: the ones logged live are not repeated
         assert client.get_run(bundle["mlflow_parent_run_id"]).info.status == "FINISHED"
+        import mlflow
+        import pandas as pd
+
+        mlflow.set_tracking_uri(again.url)
+        mlflow.set_registry_uri(again.url)
+        scored = mlflow.pyfunc.load_model("models:/outage-model/1").predict(
+            pd.DataFrame({"a": [0.9, -0.9], "b": [0.8, -0.8], "kind": ["1", "3"]}))
+        assert scored["probability"][0] > 0.8 and scored["probability"][1] < 0.2  # the bundle's own features

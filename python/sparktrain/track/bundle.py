@@ -145,8 +145,12 @@ def _read_checked(folder: str, rel: str, files: Optional[Dict[str, Any]]) -> byt
     from sparktrain.errors import CorruptObjectError
 
     fs, inner = _fs.resolve(f"{folder}/{rel}")
-    with fs.open_input_stream(inner) as fh:
-        data = fh.read()
+    try:
+        with fs.open_input_stream(inner) as fh:
+            data = fh.read()
+    except FileNotFoundError as exc:
+        raise CorruptObjectError(f"'{folder}/{rel}' is missing from the model's bundle (deleted?); "
+                                 f"{BUNDLE_FILE} lists it. Fix: restore that folder, or train the run again") from exc
     want = (files or {}).get(rel)
     if files is not None and (want is None or want.get("size") != len(data)
                               or want.get("sha256") != hashlib.sha256(data).hexdigest()):
@@ -227,9 +231,7 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     input example (:func:`sparktrain.track.stages.raw_input_example`).
     """
     from sparktrain.config import parse_config
-    from sparktrain.track.stages import log_training
-    from sparktrain.train.result import TrainResult
-    from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
+    from sparktrain.track.tracker import JobTracker
 
     body = read_bundle(run_dir)
     folder = body["_dir"]
@@ -240,6 +242,46 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     if done is not None:
         return done
     model = load_model(folder, body.get("files"))
+    with tempfile.TemporaryDirectory(prefix="sparktrain-register-") as tmp:
+        return _register(spark, tracker, cfg, body, folder, model, _trained_on(folder, body, tmp), embedded)
+
+
+def _trained_on(folder: str, body: Dict[str, Any], tmp: str) -> str:
+    """The dataset the model's features come from: the generation it was trained on, or, once another preprocess
+    of the same output.path has replaced it, a local copy of the bundle's own ``features.json`` and
+    ``pipeline_model/`` (each file checked against ``bundle.json``)."""
+    import pyarrow.fs as pafs
+
+    from sparktrain.data import _fs
+    from sparktrain.data.commit import resolve
+
+    dataset = body["dataset"]
+    try:
+        here = _fs.kind(_fs.join(resolve(dataset), "features.json")) == pafs.FileType.File
+    except Exception:  # noqa: BLE001 - a store that cannot say: the bundle's copies
+        here = False
+    if here:
+        return dataset
+    files = body.get("files") or {}
+    view = os.path.join(tmp, "dataset")
+    for rel in ["features/features.json", *sorted(f for f in files if f.startswith("pipeline_model/"))]:
+        target = os.path.join(view, "features.json" if rel == "features/features.json" else rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as fh:
+            fh.write(_read_checked(folder, rel, files or None))
+    log.warning("the dataset this model was trained on (%s) is gone (another preprocess of its output.path replaced "
+                "it): registering it with the bundle's own features.json and pipeline_model; the test-split plots "
+                "and the dataset lineage are left out", mask_value(dataset))
+    return view
+
+
+def _register(spark: Any, tracker: Any, cfg: Any, body: Dict[str, Any], folder: str, model: Any, dataset: str,
+              embedded: Optional[Embedded]) -> Any:
+    """:func:`register_from_store` once the bundle is read: the runs, the model, the registry."""
+    from sparktrain.track.stages import log_training
+    from sparktrain.train.result import TrainResult
+    from sparktrain.track.tracker import MlflowCallback, StageRun
+
     run_id = body.get("mlflow_run_id")
     run = None
     if run_id:
@@ -259,7 +301,7 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     parent = body.get("mlflow_parent_run_id")
     if parent:
         tracker.parent = StageRun(tracker.client, parent, cfg.name)
-    registered = log_training(tracker, run, spark, cfg, result, body["dataset"], callback, embedded=embedded)
+    registered = log_training(tracker, run, spark, cfg, result, dataset, callback, embedded=embedded)
     tracker.client.set_tag(run.run_id, REGISTERED_TAG, folder)
     tracker.end_run(run.run_id, "FINISHED")
     if parent:
