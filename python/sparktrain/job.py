@@ -271,12 +271,14 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
         tracker.check_alive(timeout=5.0)
         return log_training(tracker, run, spark, cfg, train, dataset, callback, embedded=EMBEDDED)
     except Exception as exc:
+        from sparktrain.track.bundle import tracking_down_error, tracking_failure
+
         try:
             tracker.check_alive(timeout=5.0)
         except Exception:  # noqa: BLE001 - the server is down: that is the error to report
-            from sparktrain.track.bundle import tracking_down_error
-
             raise tracking_down_error(tracker, exc, saved, "after training") from exc
+        if tracking_failure(exc):  # it answers, but fails (a locked sqlite store, a broken artifact store)
+            raise tracking_down_error(tracker, exc, saved, "after training", answering=True) from exc
         raise
 
 

@@ -100,3 +100,47 @@ def test_server_killed_mid_training_then_register_from_store(spark, tmp_path, re
         scored = mlflow.pyfunc.load_model("models:/outage-model/1").predict(
             pd.DataFrame({"a": [0.9, -0.9], "b": [0.8, -0.8], "kind": ["1", "3"]}))
         assert scored["probability"][0] > 0.8 and scored["probability"][1] < 0.2  # the bundle's own features
+
+
+def test_an_mlflow_failure_while_the_server_answers_names_the_recovery_command(tmp_path):
+    """Probe O: a locked sqlite store (or a broken artifact store) after training gave 29 raw tracebacks and no
+    hint, while `register --from-store` recovered the run; the server answered /health, so the outage path was
+    not taken.  Such a failure now ends with the same error: where the model is and the command."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    from sparktrain.errors import TrackingDownError
+    from sparktrain.track.bundle import tracking_down_error, tracking_failure
+
+    db = tmp_path / "locked.db"
+    holder, waiter = sqlite3.connect(db, timeout=0.1), sqlite3.connect(db, timeout=0.1)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    holder.commit()
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the store: a real lock, a real error
+    try:
+        waiter.execute("SELECT * FROM t")
+        raise AssertionError("the lock did not hold")
+    except sqlite3.OperationalError as locked:
+        try:
+            raise MlflowException("(sqlite3.OperationalError) database is locked") from locked
+        except MlflowException as exc:
+            failure = exc
+    finally:
+        holder.rollback()
+    assert tracking_failure(failure) and tracking_failure(NotADirectoryError("/mnt/artifacts/x"))
+    assert not tracking_failure(ValueError("the job's own bug"))
+
+    class Tracker:  # the part of JobTracker the error reads
+        uri, down = "sqlite:////data/mlflow.db", None
+
+        def mark_down(self, reason):
+            self.down = reason
+
+    err = tracking_down_error(Tracker(), failure, "/store/run7/model", "after training", answering=True)
+    assert isinstance(err, TrackingDownError)
+    text = str(err)
+    assert text.startswith("MLflow at sqlite:////data/mlflow.db failed after training ((sqlite3.OperationalError) "
+                           "database is locked; it answers, but its store or artifact store does not work"), text
+    assert "Nothing is lost: the trained model is in the store at /store/run7/model" in text
+    assert "sparktrain register --from-store /store/run7 --tracking-uri sqlite:////data/mlflow.db" in text

@@ -364,13 +364,27 @@ def _float(text: Optional[str]) -> Optional[float]:
         return None
 
 
-def tracking_down_error(tracker: Any, exc: BaseException, saved: str, when: str, result: Any = None) -> Any:
+def tracking_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is MLflow's (its store, its server, its artifact store) rather than the job's."""
+    from mlflow.exceptions import MlflowException
+
+    chain: list = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return any(isinstance(e, (MlflowException, OSError)) or type(e).__module__.split(".")[0] in
+               ("requests", "urllib3", "sqlalchemy") for e in chain)
+
+
+def tracking_down_error(tracker: Any, exc: BaseException, saved: str, when: str, result: Any = None,
+                        answering: bool = False) -> Any:
     """Mark ``tracker`` down and build the :class:`~sparktrain.errors.TrackingDownError` for a model saved at ``saved``.
 
     ``saved`` is the model folder :func:`save_bundle` wrote (``<store>/<run>/model``); the error
     names the tracking URI (password masked) and the one command that finishes the tracking:
     ``sparktrain register --from-store <store>/<run> --tracking-uri URI``.  ``when`` says what had
-    finished (``after training``).  The caller raises it ``from exc``.
+    finished (``after training``); ``answering``: the server answers but MLflow failed (a locked
+    store, a broken artifact store: :func:`tracking_failure`).  The caller raises it ``from exc``.
     """
     from sparktrain.errors import TrackingDownError
     from sparktrain.track.params import mask_url_password
@@ -378,9 +392,13 @@ def tracking_down_error(tracker: Any, exc: BaseException, saved: str, when: str,
     tracker.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
     run_dir = saved.rstrip("/").rsplit("/", 1)[0]
     uri = mask_url_password(tracker.uri)
+    what = (f"MLflow at {uri} failed {when} ({tracker.down}; it answers, but its store or artifact store does not "
+            f"work: a locked sqlite file, a full or unwritable artifact location)" if answering else
+            f"the MLflow tracking server at {uri} stopped answering {when} ({tracker.down})")
+    again = "When it works again" if answering else "When the server is back"
     return TrackingDownError(
-        f"the MLflow tracking server at {uri} stopped answering {when} ({tracker.down}). Nothing is lost: the "
-        f"trained model is in the store at {saved}. When the server is back, finish the tracking (metrics, model, "
+        f"{what}. Nothing is lost: the "
+        f"trained model is in the store at {saved}. {again}, finish the tracking (metrics, model, "
         f"registry and alias rules) with:\n  sparktrain register --from-store {run_dir} --tracking-uri {uri}"
         + (" (the password in place of ***)" if uri != tracker.uri else ""),
         reason=tracker.down or "", run_dir=run_dir, result=result)
