@@ -433,3 +433,22 @@ def test_normalize_uri_makes_local_stores_absolute(tmp_path, monkeypatch):
     assert normalize_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
     assert normalize_uri("mlruns") == (tmp_path / "mlruns").as_uri()
     assert normalize_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+def test_a_deleted_experiment_is_refused_not_restored_with_its_runs(tmp_path, tracking_uri, restore_mlflow_uri):
+    """Probe O: a job silently restored a colleague's deleted experiment, and its 8 deleted runs with it (an INFO
+    line); MLflow's own set_experiment refuses a deleted experiment."""
+    from mlflow import MlflowClient
+
+    from sparktrain.errors import ConfigError
+
+    first = _tracker(tmp_path, tracking_uri)
+    client = MlflowClient(tracking_uri)
+    run = client.create_run(first.experiment_id).info.run_id
+    client.delete_experiment(first.experiment_id)
+    with pytest.raises(ConfigError) as info:
+        _tracker(tmp_path, tracking_uri)
+    assert info.value.path == "tracking.experiment" and info.value.value == "unit"
+    assert "is deleted, and this job will not undo that" in str(info.value) and "restore_experiment" in str(info.value)
+    assert client.get_experiment(first.experiment_id).lifecycle_stage == "deleted"
+    assert client.get_run(run).info.lifecycle_stage == "deleted"

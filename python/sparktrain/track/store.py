@@ -141,7 +141,7 @@ def artifact_root(uri: str, artifact_location: Optional[str]) -> Optional[str]:
 
 
 def get_or_create_experiment(client, name: str, artifact_location: Optional[str]) -> str:
-    """The id of experiment ``name``; created (with ``artifact_location``) or restored when needed."""
+    """The id of experiment ``name``, created (with ``artifact_location``) when new; a deleted one is refused."""
     from mlflow.entities import LifecycleStage
 
     try:
@@ -151,9 +151,15 @@ def get_or_create_experiment(client, name: str, artifact_location: Optional[str]
     except Exception as exc:
         raise TrackingError(f"MLflow tracking store {mask_value(client.tracking_uri)}: cannot open experiment "
                             f"'{name}' ({type(exc).__name__}: {mask_value(str(exc))}); {_FIX}") from exc
-    if exp.lifecycle_stage == LifecycleStage.DELETED:
-        log.info("restoring deleted MLflow experiment '%s'", name)
-        client.restore_experiment(exp.experiment_id)
+    if exp.lifecycle_stage == LifecycleStage.DELETED:  # someone deleted it: restoring would undo that, runs and all
+        from sparktrain.errors import ConfigError
+
+        raise ConfigError("tracking.experiment", name,
+                          f"MLflow experiment '{name}' (id {exp.experiment_id}) in {mask_value(client.tracking_uri)} "
+                          f"is deleted, and this job will not undo that (restoring it brings its deleted runs back). "
+                          f"Fix: name another experiment (tracking.experiment), or restore it yourself (the UI, or "
+                          f"MlflowClient().restore_experiment('{exp.experiment_id}')), or delete it for good "
+                          f"(`mlflow gc`) so that the name can be used again")
     return exp.experiment_id
 
 
