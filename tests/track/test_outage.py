@@ -144,3 +144,41 @@ def test_an_mlflow_failure_while_the_server_answers_names_the_recovery_command(t
                            "database is locked; it answers, but its store or artifact store does not work"), text
     assert "Nothing is lost: the trained model is in the store at /store/run7/model" in text
     assert "sparktrain register --from-store /store/run7 --tracking-uri sqlite:////data/mlflow.db" in text
+
+
+@pytest.mark.torch
+@pytest.mark.slow  # ~40 s: a job of its own
+def test_register_from_store_registers_a_job_run_with_register_off_once(spark, tmp_path, restore_mlflow_uri):
+    """Probe O: after a job with tracking.register: false, `register --from-store` logged the model on the run a
+    second time, created no version and printed "registered models:/m-...".  It registers the logged model now,
+    with the champion rule, and a second call finds that version."""
+    from mlflow import MlflowClient
+    from pyspark.sql import functions as F
+
+    from sparktrain.config import parse_config
+    from sparktrain.job import run_job
+    from sparktrain.track.bundle import register_from_store
+
+    raw = tmp_path / "raw"
+    df = spark.range(4000).select((F.rand(1) * 2 - 1).alias("a"), (F.rand(2) * 2 - 1).alias("b"))
+    df.withColumn("label", F.col("a") + F.col("b") > 0).write.parquet(str(raw))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = parse_config({
+        "name": "noreg", "data": {"source": str(raw), "label": "label"},
+        "features": [{"name": "a", "type": "numeric"}, {"name": "b", "type": "numeric"}],
+        "output": {"path": str(tmp_path / "dataset")},
+        "train": {"num_workers": 1, "epochs": 2, "batch_size": 128, "store": str(tmp_path / "store"),
+                  "compare_baseline": False},
+        "tracking": {"uri": uri, "experiment": "noreg", "model_name": "noreg-model", "register": False,
+                     "artifact_location": str(tmp_path / "artifacts")}})
+    result = run_job(cfg, stages=("preprocess", "train"), spark=spark)
+    client = MlflowClient(uri, uri)
+    run_id = result.tracking.model.run_id
+    assert client.search_registered_models() == []
+    folder = str(tmp_path / "store" / result.train.model.getRunId())
+    registered = register_from_store(spark, folder, tracking_uri=uri)
+    assert (registered.name, registered.version, registered.champion) == ("noreg-model", 1, True)
+    assert client.get_model_version("noreg-model", "1").run_id == run_id
+    assert len(client.search_logged_models(experiment_ids=[client.get_run(run_id).info.experiment_id])) == 1
+    again = register_from_store(spark, folder, tracking_uri=uri)
+    assert again.version == 1 and [str(v.version) for v in client.search_model_versions("name='noreg-model'")] == ["1"]

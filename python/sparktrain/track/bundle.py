@@ -233,17 +233,60 @@ def register_from_store(spark: Any, run_dir: str, tracking_uri: Optional[str] = 
     from sparktrain.config import parse_config
     from sparktrain.track.tracker import JobTracker
 
+    from dataclasses import replace
+
     body = read_bundle(run_dir)
     folder = body["_dir"]
     cfg = parse_config(body["config"])
+    off = not cfg.tracking.register
+    if off:  # asked for by name: a job run with tracking.register: false is registered now
+        log.info("%s was trained with tracking.register off; `register --from-store` registers it as '%s'", folder,
+                 cfg.tracking.model_name)
+        cfg = replace(cfg, tracking=replace(cfg.tracking, register=True))
     uri = tracking_uri or _stored_tracking_uri(cfg.tracking.uri)
     tracker = JobTracker(cfg, uri=uri)  # preflight: still down -> a clear error, nothing changes
     done = already_registered(tracker.client, tracker.experiment_id, cfg, folder, body.get("mlflow_run_id"))
     if done is not None:
         return done
     model = load_model(folder, body.get("files"))
+    if off:
+        logged = _register_logged(tracker.client, cfg, body, model)
+        if logged is not None:
+            return logged
     with tempfile.TemporaryDirectory(prefix="sparktrain-register-") as tmp:
         return _register(spark, tracker, cfg, body, folder, model, _trained_on(folder, body, tmp), embedded)
+
+
+def _register_logged(client: Any, cfg: Any, body: Dict[str, Any], model: Any) -> Any:
+    """Register the model a job with ``tracking.register: false`` logged on its run (tag ``sparktrain.model_uri``),
+    with the usual champion rule, rather than log it a second time; None when that run logged none."""
+    from mlflow.exceptions import MlflowException
+
+    from sparktrain.track.registry import RegisteredVersion, score_basis, score_of, set_champion_if_better
+
+    run_id = body.get("mlflow_run_id")
+    try:
+        logged = client.get_run(run_id).data.tags.get("sparktrain.model_uri") if run_id else None
+    except MlflowException:
+        return None
+    if not logged or not str(logged).startswith("models:/m-"):
+        return None
+    import mlflow
+
+    name = cfg.tracking.model_name
+    metrics = dict(body.get("test") or {})
+    if body.get("history") and "val_loss" in body["history"][-1]:
+        metrics.setdefault("val_loss", body["history"][-1]["val_loss"])
+    metric, score, higher = score_of(model.inputs.task, metrics, model.history)
+    mv = mlflow.register_model(logged, name, tags={"sparktrain.run_id": run_id})
+    version = int(mv.version)
+    champion = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs))
+    client.set_tag(run_id, "sparktrain.model_version", version)
+    client.set_tag(run_id, "sparktrain.model_name", name)
+    log.info("registered the model run %s logged (%s) as v%s of '%s'", run_id, logged, version, name)
+    return RegisteredVersion(name=name, version=version, model_uri=f"models:/{name}/{version}",
+                             logged_model_uri=str(logged), run_id=str(run_id), metric=metric, score=score,
+                             champion=champion)
 
 
 def _trained_on(folder: str, body: Dict[str, Any], tmp: str) -> str:
