@@ -452,3 +452,32 @@ def test_a_deleted_experiment_is_refused_not_restored_with_its_runs(tmp_path, tr
     assert "is deleted, and this job will not undo that" in str(info.value) and "restore_experiment" in str(info.value)
     assert client.get_experiment(first.experiment_id).lifecycle_stage == "deleted"
     assert client.get_run(run).info.lifecycle_stage == "deleted"
+
+
+def test_a_store_of_another_mlflow_schema_is_one_error_with_both_revisions(tmp_path, tracking_uri, restore_mlflow_uri):
+    """Probe O: a tracking database whose schema is another MLflow's gave a 14-frame traceback, and for a store a
+    newer MLflow wrote, advice (`mlflow db upgrade`) that cannot work."""
+    import sqlite3
+
+    import os
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    MlflowClient(tracking_uri).search_experiments()  # the store exists, at this MLflow's schema
+    db = sqlite3.connect(tracking_uri[len("sqlite:///"):])
+    db.execute("UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    db.commit()
+    db.close()
+    script = ("import sys\nfrom sparktrain.config import parse_config\nfrom sparktrain.errors import TrackingError\n"
+              "from sparktrain.track.tracker import JobTracker\n"
+              f"cfg = parse_config({{'tracking': {{'uri': {tracking_uri!r}, 'experiment': 'unit'}}}})\n"
+              "try:\n    JobTracker(cfg)\nexcept TrackingError as exc:\n    print('ERROR', exc)\n")
+    # a fresh process: MLflow checks the schema once per store and process
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO / "python")))
+    text = proc.stdout.partition("ERROR ")[2].strip()
+    assert text.startswith(f"MLflow cannot open the tracking store {tracking_uri}"), proc.stdout + proc.stderr
+    assert "its schema is revision ffffffffffff" in text and "mlflow db upgrade" in text
+    assert "if a newer MLflow wrote it" in text

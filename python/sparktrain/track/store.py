@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -138,6 +139,21 @@ def artifact_root(uri: str, artifact_location: Optional[str]) -> Optional[str]:
     path = Path(artifact_location).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path.as_uri()
+
+
+def unusable_store(uri: str, exc: BaseException) -> TrackingError:
+    """The error for a tracking store MLflow refuses to open: the store, what MLflow said, and the fix."""
+    text = str(exc)
+    found = re.search(r"found version (\w+), but expected (\w+)", text)
+    if found:
+        fix = (f"its schema is revision {found.group(1)}, and this MLflow (the pinned one) expects "
+               f"{found.group(2)}: if the store is older, back it up and run `mlflow db upgrade {mask_value(uri)}`; if "
+               f"a newer MLflow wrote it, use that MLflow's store with a sparktrain that pins it, or point "
+               f"tracking.uri at another store")
+    else:
+        fix = "point tracking.uri at a store this MLflow can open, or repair this one"
+    return TrackingError(f"MLflow cannot open the tracking store {mask_value(uri)} ({type(exc).__name__}: "
+                         f"{mask_value(text.splitlines()[0][:300] if text else '')}); {fix}")
 
 
 def get_or_create_experiment(client, name: str, artifact_location: Optional[str]) -> str:

@@ -214,7 +214,10 @@ class JobTracker:
         self.cfg = cfg
         self.uri = store.preflight(uri or cfg.tracking.uri)
         store.configure(self.uri)
-        self.client = MlflowClient(self.uri, self.uri)
+        try:
+            self.client = MlflowClient(self.uri, self.uri)
+        except Exception as exc:  # a store MLflow cannot open (another MLflow's schema, a corrupt file)
+            raise store.unusable_store(self.uri, exc) from exc
         self.experiment_id = store.get_or_create_experiment(
             self.client, cfg.tracking.experiment, store.artifact_root(self.uri, cfg.tracking.artifact_location))
         self.parent: Optional[StageRun] = None
