@@ -70,6 +70,20 @@ def test_values_that_cannot_be_cast_are_named_with_a_sample(frame):
         _validate(frame, [{"name": "cat", "type": "datetime"}])
 
 
+@pytest.mark.parametrize("text, words", [
+    ("1,234.56", "drop the thousands separators"), ("3,14", "read the decimal comma"),
+    ("-", "make '-' a missing value: data.options nullValue: '-'"),
+    ("abc", "declare the feature as categorical if it is a code"),
+])
+def test_the_fix_for_text_a_number_cannot_be_read_from_matches_the_text(spark, text, words):
+    """Probe M: "1,234.56", "3,14" and "-" were all told to "declare the feature as categorical", which would make
+    every amount a category of its own."""
+    df = spark.createDataFrame([("a", True, "2.5"), ("b", False, text)], "id string, y boolean, amount string")
+    with pytest.raises(DataError) as err:
+        _validate(df, [{"name": "amount", "type": "numeric"}])
+    assert words in str(err.value), str(err.value)
+
+
 def test_a_type_that_cannot_feed_the_feature_is_a_schema_error(frame):
     with pytest.raises(SchemaError, match=r"column 'arr' has type array<int>.*numeric feature"):
         _validate(frame, [{"name": "arr", "type": "numeric"}])

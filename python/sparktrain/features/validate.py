@@ -18,6 +18,7 @@ turns the numbers into errors:
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -140,6 +141,22 @@ def validation_sql(types: Mapping[str, str], specs: Sequence[FeatureSpec], key: 
     return [f"{e} AS {quote(a)}" for a, e in exprs]
 
 
+def number_fix(sample: str, column: str) -> str:
+    """The fix for text a numeric feature cannot read, from what the text looks like."""
+    text = sample.strip()
+    ref = f"`{column}`"
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", text):
+        return (f"drop the thousands separators before it is read (data.query: "
+                f"CAST(regexp_replace({ref}, ',', '') AS DOUBLE) AS {ref})")
+    if re.fullmatch(r"[-+]?\d+,\d+", text):
+        return (f"read the decimal comma (data.query: CAST(regexp_replace({ref}, ',', '.') AS DOUBLE) AS {ref}); "
+                f"if ',' also separates the file's fields, set data.options sep")
+    if re.fullmatch(r"[-–—.?]|n/?a|null|none|nan|missing", text, re.I):
+        return (f"make {text!r} a missing value: data.options nullValue: {text!r} (one token per file), or "
+                f"data.query: NULLIF({ref}, {text!r})")
+    return "declare the feature as categorical if it is a code rather than a quantity"
+
+
 def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label: Optional[str] = None,
                   types: Optional[Mapping[str, str]] = None) -> ValidationReport:
     """Raise :class:`DataError` for the first problem in ``values`` (the aggregates' results)."""
@@ -157,6 +174,8 @@ def check_results(values: Mapping[str, Any], specs: Sequence[FeatureSpec], label
         if got.get("bad"):
             target = {"numeric": "a number", "datetime": "a timestamp", "boolean": "a boolean"}[spec.type]
             fix, how = "declare the feature as categorical", ""
+            if isinstance(spec, NumericFeature):
+                fix = number_fix(str(got.get("sample") or ""), src)
             if isinstance(spec, DatetimeFeature):
                 how = f" (read with format {spec.format!r})" if spec.format else " (read as ISO-8601)"
                 fix = "set format: to its Spark datetime pattern (e.g. 'yyyy/MM/dd'), or " + fix
