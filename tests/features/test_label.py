@@ -142,7 +142,9 @@ def test_null_labels_are_dropped_and_counted_or_refused(spark, raw, tmp_path, ca
         result = materialize(spark, _cfg(tmp_path / "ds", "lab_null"), df)
     assert sum(result.row_counts.values()) == ROWS - 24
     assert result.features["dataset"]["null_labels_dropped"] == 24
-    assert "24 of 240 rows have a null label and are dropped" in caplog.text
+    # probe M: 10% (over 5%) is a warning that names the usual misreading: a CSV's quoted line breaks
+    assert "24 of 240 rows (10%) have a null label and are dropped" in caplog.text
+    assert "multiLine: true" in caplog.text
 
 
 def test_a_single_class_is_refused(spark, raw, tmp_path):

@@ -266,7 +266,12 @@ def check_label(summary: LabelSummary, drop_null_labels: bool = True,
             f"{where} ({summary.source_dtype}) holds one value, {value!r}, in all {labelled:,} labelled rows: there "
             f"is nothing to learn (as a regression target it is a constant; as 0.0/1.0 classes, a single class). "
             f"Check data.label / labelCol and any filter in data.query or your ETL.")
-    if summary.nulls:
+    if summary.nulls and summary.nulls * 20 > n:  # over 5%: a parsing problem as often as missing labels
+        log.warning("%s: %d of %d rows (%.0f%%) have a null label and are dropped (data.drop_null_labels). So many "
+                    "usually means the input was misread: a CSV with quoted line breaks needs data.options "
+                    "multiLine: true (each broken record otherwise becomes two rows without a label), or the "
+                    "separator or header is off", where, summary.nulls, n, 100.0 * summary.nulls / n)
+    elif summary.nulls:
         log.info("%s: %d of %d rows have a null label and are dropped (data.drop_null_labels)", where,
                  summary.nulls, n)
     return summary.nulls

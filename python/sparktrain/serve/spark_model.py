@@ -67,8 +67,10 @@ def read_as(name: str, given: str, trained: Optional[str], model: str = "the mod
         return F.when(col == F.floor(col), col.cast("bigint"))  # 1.0 -> 1; 1.5 (no such category) -> missing
     if trained == "string" and (given in _NUMBERS or given == "boolean" or given.startswith("decimal")):
         raise SchemaError(f"column '{name}' is {given} here, but {model} was trained on it as text (string): "
-                          f"every value would be a category it never saw. Fix: if its values are the same text, "
-                          f"cast it (F.col('{name}').cast('string')); else fix what changed its type upstream")
+                          f"every value would be a category it never saw. Fix: read it as text (a CSV or JSON "
+                          f"input: --option inferSchema=false, or data.options; a number's text loses leading zeros "
+                          f"such as 01000); in Python, if its values are the same text, cast it "
+                          f"(F.col('{name}').cast('string')); else fix what changed its type upstream")
     return col
 
 
