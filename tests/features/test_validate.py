@@ -165,3 +165,17 @@ def test_on_invalid_error_also_guards_the_fitted_model_and_the_local_transform(s
     meta = md.build_metadata(plan_features(specs, "id"), md.fitted_values(model))
     with pytest.raises(DataError, match=r"column 'x' \(feature 'x'\) has a NaN or infinite value"):
         transform_local({"x": np.array([1.0, np.inf])}, meta)
+
+
+def test_a_validation_or_test_split_of_a_few_rows_is_warned_about(caplog):
+    """Probe M: a 20-row table gave a 1-row validation split and a 2-row test split; the model was registered and
+    made champion on test_auc over 2 rows, without a word."""
+    import logging
+
+    from sparktrain.features.materialize import _warn_small_splits
+
+    with caplog.at_level(logging.WARNING, logger="sparktrain.features.materialize"):
+        _warn_small_splits({"train": 17, "validation": 1, "test": 2})
+        _warn_small_splits({"train": 17000, "validation": 2000, "test": 2000})
+    assert len(caplog.records) == 1
+    assert "validation 1 row, test 2 rows: metrics on so few rows" in caplog.records[0].getMessage()

@@ -301,7 +301,21 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
         pipeline_model=posixpath.join(staging, PIPELINE_DIR), timings=dict(timings), features=meta,
         generation=staging)
     log.info("preprocess: wrote %s in %.1f s", out.path, timings["total"])
+    _warn_small_splits(result.row_counts)
     return result
+
+
+#: fewer rows than this in the validation or test split make its metrics noise
+SMALL_SPLIT = 30
+
+
+def _warn_small_splits(rows: Mapping[str, int]) -> None:
+    """Warn about a validation or test split too small for its metrics to mean anything (a tiny table)."""
+    small = {s: n for s, n in rows.items() if s in ("validation", "test") and 0 < n < SMALL_SPLIT}
+    if small:
+        named = ", ".join(f"{s} {n} row{'s' if n != 1 else ''}" for s, n in small.items())
+        log.warning("preprocess: %s: metrics on so few rows (val_loss, test_auc...) are noise, and the registry "
+                    "compares models on them. Raise split.validation / split.test, or use more data", named)
 
 
 def _write_outputs(spark: Any, model: Any, data: Any, staging: str, out: Any) -> Dict[str, Dict[str, Any]]:
