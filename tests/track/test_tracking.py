@@ -481,3 +481,23 @@ def test_a_store_of_another_mlflow_schema_is_one_error_with_both_revisions(tmp_p
     assert text.startswith(f"MLflow cannot open the tracking store {tracking_uri}"), proc.stdout + proc.stderr
     assert "its schema is revision ffffffffffff" in text and "mlflow db upgrade" in text
     assert "if a newer MLflow wrote it" in text
+
+
+def test_an_experiment_whose_artifact_location_cannot_be_written_fails_before_any_work(tmp_path, tracking_uri,
+                                                                                      restore_mlflow_uri):
+    """Probe O: a raw NotADirectoryError traceback, and a job run left RUNNING for good."""
+    from mlflow import MlflowClient
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    client = MlflowClient(tracking_uri)
+    client.create_experiment("unit", artifact_location=(blocker / "arts").as_uri())
+    tracker = _tracker(tmp_path, tracking_uri)
+    with pytest.raises(TrackingError) as info:
+        with tracker.job():
+            raise AssertionError("the job body must not run")
+    text = str(info.value)
+    assert "cannot store artifacts for experiment 'unit'" in text and str(blocker / "arts") in text, text
+    assert "NotADirectoryError" in text and "Nothing ran" in text
+    runs = client.search_runs([tracker.experiment_id])
+    assert [r.info.status for r in runs] == ["FAILED"]

@@ -304,7 +304,20 @@ class JobTracker:
             raise TrackingError(f"a job run is already open ({self.parent.run_id}); jobs do not nest")
         run = self.start_run(run_name or self.cfg.name, tags={KIND_TAG: "job", **system_tags(spark, self.cfg, master)},
                              params=job_params(self.cfg))
-        run.log_text(yaml.safe_dump(mask_config(self.cfg.to_dict()), sort_keys=False), "config/job.yaml")
+        try:
+            run.log_text(yaml.safe_dump(mask_config(self.cfg.to_dict()), sort_keys=False), "config/job.yaml")
+        except Exception as exc:  # the first artifact: a broken artifact store shows here, before any work
+            try:
+                self.end_run(run.run_id, "FAILED", exc)
+            except Exception:  # noqa: BLE001 - the error below is the one to see
+                pass
+            location = self.client.get_experiment(self.experiment_id).artifact_location
+            raise TrackingError(
+                f"MLflow at {mask_value(self.uri)} cannot store artifacts for experiment "
+                f"'{self.cfg.tracking.experiment}' (its artifact location {mask_value(str(location))}; "
+                f"{type(exc).__name__}: {mask_value(str(exc).splitlines()[0][:300] if str(exc) else '')}). Nothing "
+                f"ran. Fix: make that location writable (a server's --artifacts-destination), or name a new "
+                f"tracking.experiment (with tracking.artifact_location)") from exc
         self.parent = run
         t0 = time.perf_counter()
         try:
