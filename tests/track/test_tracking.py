@@ -501,3 +501,27 @@ def test_an_experiment_whose_artifact_location_cannot_be_written_fails_before_an
     assert "NotADirectoryError" in text and "Nothing ran" in text
     runs = client.search_runs([tracker.experiment_id])
     assert [r.info.status for r in runs] == ["FAILED"]
+
+
+def test_an_alias_that_names_a_deleted_version_is_said_so(tracking_uri):
+    """Probe O: "model 'm' has no alias 'champion' (aliases: champion; ...)" for an alias row that outlived its
+    version (a delete racing an alias move), which contradicts itself."""
+    import sqlite3
+
+    from mlflow import MlflowClient
+
+    from sparktrain.track.lookup import check_model_uri
+
+    client = MlflowClient(tracking_uri, tracking_uri)
+    client.create_registered_model("dangling")
+    run = client.create_run(client.create_experiment("dangling")).info.run_id
+    client.create_model_version("dangling", "file:///tmp/d0", run)
+    client.set_registered_model_alias("dangling", "champion", "1")
+    db = sqlite3.connect(tracking_uri[len("sqlite:///"):])
+    db.execute("UPDATE registered_model_aliases SET version = 7 WHERE name = 'dangling'")
+    db.commit()
+    db.close()
+    with pytest.raises(ModelNotFoundError) as info:
+        check_model_uri(client, "models:/dangling@champion")
+    assert "alias 'champion' of model 'dangling' names version 7, which no longer exists" in str(info.value)
+    assert "versions: 1" in str(info.value)

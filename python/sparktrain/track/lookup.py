@@ -84,9 +84,15 @@ def check_model_uri(client: Any, model_uri: str, fix: str = "") -> None:
         try:
             client.get_model_version_by_alias(name, alias)
         except MlflowException as exc:
-            aliases = sorted(client.get_registered_model(name).aliases or {})
-            raise ModelNotFoundError(f"model '{name}' has no alias '{alias}' (aliases: {', '.join(aliases) or 'none'};"
-                                     f" versions: {', '.join(map(str, versions)) or 'none'}); use "
+            aliases = dict(client.get_registered_model(name).aliases or {})
+            if alias in aliases:  # the alias row outlived its version
+                raise ModelNotFoundError(
+                    f"alias '{alias}' of model '{name}' names version {aliases[alias]}, which no longer exists "
+                    f"(deleted?; versions: {', '.join(map(str, versions)) or 'none'}); point the alias at a version "
+                    f"that exists, or use models:/{name}/<version>") from exc
+            raise ModelNotFoundError(f"model '{name}' has no alias '{alias}' (aliases: "
+                                     f"{', '.join(sorted(aliases)) or 'none'}; versions: "
+                                     f"{', '.join(map(str, versions)) or 'none'}); use "
                                      f"models:/{name}/<version> or set the alias") from exc
     elif version and version != "latest" and (not version.isdigit() or int(version) not in versions):
         raise ModelNotFoundError(f"model '{name}' has no version {version} (versions: "
