@@ -167,6 +167,14 @@ def get_or_create_experiment(client, name: str, artifact_location: Optional[str]
     except Exception as exc:
         raise TrackingError(f"MLflow tracking store {mask_value(client.tracking_uri)}: cannot open experiment "
                             f"'{name}' ({type(exc).__name__}: {mask_value(str(exc))}); {_FIX}") from exc
+    def plain(location: Optional[str]) -> str:
+        return str(location or "").replace("file://", "").rstrip("/")
+
+    if artifact_location and plain(artifact_location) != plain(exp.artifact_location):
+        log.warning("MLflow experiment '%s' keeps the artifact location it was created with (%s); "
+                    "tracking.artifact_location (%s) applies to a new experiment only: name a new "
+                    "tracking.experiment to use it", name, mask_value(str(exp.artifact_location)),
+                    mask_value(artifact_location))
     if exp.lifecycle_stage == LifecycleStage.DELETED:  # someone deleted it: restoring would undo that, runs and all
         from sparktrain.errors import ConfigError
 
