@@ -179,3 +179,21 @@ def test_a_validation_or_test_split_of_a_few_rows_is_warned_about(caplog):
         _warn_small_splits({"train": 17000, "validation": 2000, "test": 2000})
     assert len(caplog.records) == 1
     assert "validation 1 row, test 2 rows: metrics on so few rows" in caplog.records[0].getMessage()
+
+
+def test_categories_that_differ_only_in_spaces_or_case_are_warned_about(caplog):
+    """Probe M: the vocabulary ['blue  ', 'Red', 'red', 'blue', 'red '] held 5 categories for what are probably 2,
+    without a word (the label warns about exactly this)."""
+    import logging
+
+    from sparktrain.features.materialize import _warn_lookalike_categories
+
+    features = [{"name": "color", "source": "color", "type": "categorical",
+                 "vocabulary": ["blue  ", "Red", "red", "blue", "red ", "green"]},
+                {"name": "city", "source": "city", "type": "categorical", "vocabulary": ["lyon", "nice"]}]
+    with caplog.at_level(logging.WARNING, logger="sparktrain.features.materialize"):
+        _warn_lookalike_categories(features)
+    assert len(caplog.records) == 1
+    text = caplog.records[0].getMessage()
+    assert "feature 'color' (column 'color') has categories that differ only in spaces or letter case: " \
+           "'blue  ' and 'blue'; 'Red' and 'red' and 'red '" in text

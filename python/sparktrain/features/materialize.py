@@ -302,7 +302,28 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
         generation=staging)
     log.info("preprocess: wrote %s in %.1f s", out.path, timings["total"])
     _warn_small_splits(result.row_counts)
+    _warn_lookalike_categories(meta.get("features") or [])
     return result
+
+
+def _warn_lookalike_categories(features: Sequence[Mapping[str, Any]]) -> None:
+    """Warn about a categorical feature whose vocabulary holds values that differ only in spaces or letter case
+    (``'red'``, ``'red '``, ``'Red'``): each is a category of its own, as for the label (which warns alike)."""
+    for f in features:
+        vocabulary = f.get("vocabulary") if f.get("type") == "categorical" else None
+        if not vocabulary:
+            continue
+        groups: Dict[str, List[str]] = {}
+        for value in vocabulary:
+            groups.setdefault(str(value).strip().casefold(), []).append(str(value))
+        clashes = [g for g in groups.values() if len(g) > 1]
+        if clashes:
+            named = "; ".join(" and ".join(repr(v) for v in g) for g in clashes[:5])
+            log.warning("feature '%s' (column '%s') has categories that differ only in spaces or letter case: %s%s; "
+                        "each is a category of its own, and at scoring another spelling is unseen. If they are the "
+                        "same, clean them before the features (trim/lower in data.query or your ETL; for a CSV, the "
+                        "reader's ignoreLeadingWhiteSpace / ignoreTrailingWhiteSpace in data.options)", f.get("name"),
+                        f.get("source"), named, f" (and {len(clashes) - 5} more)" if len(clashes) > 5 else "")
 
 
 #: fewer rows than this in the validation or test split make its metrics noise
