@@ -388,15 +388,20 @@ def test_the_run_summary_names_the_store_its_commands_need(tmp_path, monkeypatch
     assert "UI:       http://user:***@127.0.0.1:5999/#/experiments/1/runs/r1" in remote
     # probe K: after the tune stage registered version 3 and moved the alias, the summary still said the train
     # stage's version 2 had it
+    from dataclasses import replace
+
     from sparktrain.tune.result import SearchResult
 
-    tuned = SearchResult(trials=(), best_params={}, best_metric=0.2, model_version="3", model_champion=True,
-                         test_metrics={"test_rmse": 0.41}, registered_number=4)
+    tuned = SearchResult(trials=(), best_params={}, best_metric=0.2, best_number=4, model_version="3",
+                         model_champion=True, test_metrics={"test_rmse": 0.41}, registered_number=4)
     text = TrackingSummary(other, "3", "r1", model, "prices", tuned).format()
     assert "model:    registered 'prices' version 2, test_rmse 0.5000; champion until the search's version below" \
         in text
     assert "tuned:    registered version 3 (trial 4), test_rmse 0.4100; alias champion -> this version" in text
     assert text.count("score:    sparktrain score --model models:/prices@champion") == 1
+    earlier = replace(tuned, registered_number=2)  # a continued study's earlier trial: its test metric is not here
+    assert "tuned:    registered version 3 (trial 2); alias champion" in \
+        TrackingSummary(other, "3", "r1", model, "prices", earlier).format()
 
 
 def test_sigterm_to_mlflow_server_stops_the_server_it_started(tmp_path):

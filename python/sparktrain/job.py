@@ -235,7 +235,8 @@ class TrackingSummary:
         elif m is not None:
             lines.append(f"model:    {m.model_uri} (tracking.register is off)")
         if t is not None:
-            test = "".join(f", {k} {v:.4f}" for k, v in list(t.test_metrics.items())[:1])
+            test = "".join(f", {k} {v:.4f}" for k, v in list(t.test_metrics.items())[:1]
+                           if t.registered_number in (None, t.best_number))  # else another trial's metric
             champ = "alias champion -> this version" if moved else "champion unchanged (not better)"
             lines.append(f"tuned:    registered version {t.model_version} (trial {t.registered_number}){test}; "
                          f"{champ}")

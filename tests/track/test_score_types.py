@@ -203,7 +203,10 @@ def test_a_fresh_process_reads_the_store_sparktrain_score_reads(model, spark, tm
     from sparktrain.serve.pyfunc import load_spark_model
     from sparktrain.serve.scoring import score_dataframe
 
+    from mlflow.artifacts import download_artifacts
+
     uri, rows = model
+    copy = download_artifacts(artifact_uri=uri, dst_path=str(tmp_path / "copy"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setattr(utils, "_tracking_uri", None)  # what a fresh process has: no URI set
@@ -211,6 +214,9 @@ def test_a_fresh_process_reads_the_store_sparktrain_score_reads(model, spark, tm
         score_dataframe(spark, rows, uri)
     assert f"there is no MLflow store at sqlite:///{tmp_path}/work/mlflow.db" in str(info.value)
     assert "Pass tracking_uri=" in str(info.value)
-    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no stray store made
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]  # no stray store made
+    by_path = _scores(load_spark_model(copy).transform(rows))  # a path needs no store: none is opened or made
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"] and not utils._tracking_uri
     scored = _scores(load_spark_model(uri, tracking_uri=mlflow_server).transform(rows))
     assert scored.std() > 0.05 and mlflow.get_tracking_uri() == mlflow_server  # configured, as the CLI does
+    np.testing.assert_allclose(by_path, scored, atol=1e-6)

@@ -73,24 +73,28 @@ def test_a_continued_study_refuses_a_metric_of_another_meaning_and_logs_other_ch
 
 def test_a_continued_study_refuses_a_dataset_preprocessed_again_with_other_validation_rows(spark, tmp_path):
     """Probe I: after a new split (or other features), the study went on, claimed the values "still compare" and
-    preferred an earlier trial measured on other rows as its best.  The validation split's digest tells: the same
-    rows continue (a re-run of the same preprocess), other rows are refused."""
+    preferred an earlier trial measured on other rows as its best.  The split's identity in features.json tells:
+    the same preprocess run again continues (its part files, so its file digest, are new each run), another
+    split is refused."""
 
-    def made(name: str, digest: str) -> str:
+    def made(name: str, seed: int, file_digest: str) -> str:
         path = tmp_path / name
         (path / "train").mkdir(parents=True)
         (path / "features.json").write_text(json.dumps(
             {"label": {"column": "label", "task": "binary"},
-             "dataset": {"splits": {"validation": {"path": "validation", "rows": 9, "digest": digest}}}}))
+             "dataset": {"split": {"seed": seed, "fractions": {"train": 0.8, "validation": 0.1, "test": 0.1},
+                                   "expression": f"pmod(xxhash64({seed}, id), 10000)"},
+                         "splits": {"validation": {"path": "validation", "rows": 9, "digest": file_digest}}}}))
         return str(path)
 
-    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), made("ds1", "sha256:aaa"), objective=_objective)
-    again = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), made("ds2", "sha256:aaa"), objective=_objective)
-    assert [t.number for t in again.trials] == [3]  # the same validation rows: the values compare
+    run_search(spark, _cfg(tmp_path, {"max_trials": 2}), made("ds1", 42, "sha256:aaa"), objective=_objective)
+    again = run_search(spark, _cfg(tmp_path, {"max_trials": 3}), made("ds2", 42, "sha256:bbb"),
+                       objective=_objective)
+    assert [t.number for t in again.trials] == [3]  # the same rows, new part files: the values compare
     with pytest.raises(ConfigError) as info:
-        run_search(spark, _cfg(tmp_path, {"max_trials": 5}), made("ds3", "sha256:bbb"), objective=_objective)
+        run_search(spark, _cfg(tmp_path, {"max_trials": 5}), made("ds3", 7, "sha256:ccc"), objective=_objective)
     assert (info.value.path, info.value.value) == ("tune.study", "kept")
-    assert "holds trials measured on another validation split" in info.value.fix and "ds3" in info.value.fix
+    assert "holds trials measured on other validation rows" in info.value.fix and "ds3" in info.value.fix
     assert "loss values do not compare" in info.value.fix and "Name a new study" in info.value.fix
     study, _ = _study(tmp_path)
     assert len(study.trials) == 3  # refused before any trial

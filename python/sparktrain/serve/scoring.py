@@ -204,7 +204,7 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
     import mlflow.pyfunc
     from pyspark.sql import functions as F
 
-    from sparktrain._internal.spark_compat import try_cast
+    from sparktrain._internal.spark_compat import is_connect, try_cast
     from sparktrain.serve.spark_model import read_as
 
     inputs, outputs = signature
@@ -221,18 +221,22 @@ def _score(spark: Any, df: Any, model_uri: str, signature: Tuple[List[Tuple[str,
         return score_with_pipeline(spark_model, df, [(n, _spark_type(t)) for n, t in outputs])
     given = dict(df.dtypes)
     model = f"model {named}"
+    # Connect's UDF reloads the model from its URI on the server: no temporary copy there (the text path needs one)
+    as_text = not is_connect(spark)
 
     def arg(name: str, mlflow_type: str):
         trained = _spark_type(mlflow_type)
-        if trained == "bigint":  # an integer categorical goes as its text: MLflow's pandas long has no null
+        if trained == "bigint" and as_text:  # an integer categorical as its text: MLflow's pandas long has no null
             return read_as(name, given[name], trained, model).cast("string").alias(name)
+        if trained == "bigint":
+            return read_as(name, given[name], trained, model).alias(name)
         if trained == "string":
             read_as(name, given[name], trained, model)  # refuses a number where the model read text
         return try_cast(name, trained).alias(name)  # "NA" -> null
 
     args = F.struct(*[arg(n, t) for n, t in inputs])
     result_type = ", ".join(f"`{n}` {_spark_type(t)}" for n, t in outputs)
-    with _integers_as_text(model_uri, inputs) as uri, _quiet_env_manager():
+    with _integers_as_text(model_uri, inputs if as_text else []) as uri, _quiet_env_manager():
         udf = mlflow.pyfunc.spark_udf(spark, uri, result_type=result_type, env_manager="local")
     tmp = "__sparktrain_scores"
     while tmp in df.columns:  # a column of the user's by that name is kept, not overwritten
@@ -266,6 +270,8 @@ def _integers_as_text(model_uri: str, inputs: List[Tuple[str, str]]) -> Iterator
     float, which it refuses), so one null in an integer categorical failed the whole scoring job.  The
     model reads such a column as its text anyway (Spark's ``CAST(x AS STRING)``), so the copy takes the
     text, null included.  ``spark_udf`` ships the copy to the executors when it is made; it is then removed.
+    Not under Spark Connect, whose UDF loads the model from its URI on the server: there a null in an integer
+    categorical is still MLflow's error (documented).
     """
     if not any(t == "long" for _, t in inputs):
         yield model_uri

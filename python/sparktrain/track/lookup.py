@@ -124,8 +124,8 @@ def use_store(model_uri: str, tracking_uri: Optional[str] = None) -> Optional[st
 
     from sparktrain.track import store
 
-    if tracking_uri is None and is_tracking_uri_set():
-        return None
+    if (tracking_uri is None and is_tracking_uri_set()) or not model_uri.startswith(("models:/", "runs:/")):
+        return tracking_uri  # a path needs no store: none is opened (a default one would be created)
     uri = store.normalize_uri(resolve_tracking_uri(tracking_uri))
     missing_db(model_uri, uri, ". Pass tracking_uri= (the job's tracking.uri), or call mlflow.set_tracking_uri"
                                if tracking_uri is None else "")
@@ -150,9 +150,14 @@ def resolve_model(model_uri: str, registry_uri: Optional[str] = None, fix: str =
     registry = registry_uri or mlflow.get_registry_uri()
     missing_db(model_uri, registry, fix or ". Point MLflow at the store that holds it (mlflow.set_registry_uri, "
                                            "MLFLOW_TRACKING_URI)")
-    client = MlflowClient(registry_uri, registry_uri) if registry_uri else MlflowClient()
-    check_model_uri(client, model_uri, fix=fix)
-    pinned = pin_model_uri(client, model_uri)
+    client = None
+    pinned = model_uri
+    if model_uri.startswith("models:/"):  # a path or runs:/ has no registry entry to check or pin
+        client = MlflowClient(registry_uri, registry_uri) if registry_uri else MlflowClient()
+        check_model_uri(client, model_uri, fix=fix)
+        pinned = pin_model_uri(client, model_uri)
+    if client is None:  # a path or runs:/: read as MLflow reads it, when the caller loads it
+        return pinned
     try:
         get_model_info(pinned)
     except (MlflowException, OSError) as exc:

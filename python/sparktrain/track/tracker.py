@@ -311,7 +311,10 @@ class JobTracker:
                 self.end_run(run.run_id, "FAILED", exc)
             except Exception:  # noqa: BLE001 - the error below is the one to see
                 pass
-            location = self.client.get_experiment(self.experiment_id).artifact_location
+            try:
+                location = self.client.get_experiment(self.experiment_id).artifact_location
+            except Exception:  # noqa: BLE001 - the server itself went away: say what is known
+                location = "unknown: the server did not answer either"
             raise TrackingError(
                 f"MLflow at {mask_value(self.uri)} cannot store artifacts for experiment "
                 f"'{self.cfg.tracking.experiment}' (its artifact location {mask_value(str(location))}; "

@@ -54,7 +54,8 @@ def evaluate_model(model, df) -> EvalResult:
     pred = model.getPredictionCol()
     task = model.inputs.task
     out: Dict[str, float] = {}
-    if task == "binary" and both_classes(scored, "__y", "the test split"):
+    labels = df.select(F.col(model.getLabelCol()).cast("double").alias("__y"))  # not the scored frame: no 2nd pass
+    if task == "binary" and both_classes(labels, "__y", "the test split"):
         out["test_auc"] = BinaryClassificationEvaluator(
             rawPredictionCol=model.getProbabilityCol(), labelCol="__y", metricName="areaUnderROC").evaluate(scored)
     if task in ("binary", "multiclass"):

@@ -46,6 +46,8 @@ STUDIES_DIR = "_studies"
 SEARCH_ATTR = "sparktrain_search"
 #: settings whose change gives a trial's value another meaning: refused on a continued study
 MEANING = ("tune.metric", "train.task", "train.validation_fraction")
+#: the prefix of :func:`validation_digest`'s values (a study that holds another kind is not compared)
+VALIDATION_ID = "split-v1:"
 #: ``train:`` keys that change how a trial runs, not the value it reports
 RUN_ONLY = frozenset({"store", "log_every_steps", "log_every_s", "checkpoint_every_steps", "checkpoint_every_s",
                       "keep_checkpoints", "stall_timeout_s", "compare_baseline", "gpus_per_worker"})
@@ -64,19 +66,33 @@ def search_settings(cfg: JobConfig, dataset_path: Optional[str]) -> Dict[str, An
 
 
 def validation_digest(dataset_path: Optional[str]) -> Optional[str]:
-    """The digest of the dataset's validation split (``features.json``), or None where it has none: the rows
-    every trial's value is measured on.  A dataset preprocessed again with another split or other features
-    has another one (the split hashes the columns it is given)."""
+    """What identifies the rows every trial's value is measured on, from the dataset's ``features.json``: the
+    split (its expression, seed and fractions), the validation split's row count and the sources' digests
+    (lineage); None where the dataset has no ``features.json``.
+
+    The same preprocess run again gives the same identity (the split is a hash of the key, or of every column
+    read); another split, other features of a keyless split, or other source data give another.  Not the
+    split's file digest: Spark names part files with a random job id, so it changes on every run.
+    """
     if not dataset_path:
         return None
+    import hashlib
+
     from sparktrain.train.inputs import read_features_json
 
     try:
         meta = read_features_json(dataset_path) or {}
     except Exception:  # noqa: BLE001 - a dataset without a readable features.json: the trials report it
         return None
-    digest = (((meta.get("dataset") or {}).get("splits") or {}).get("validation") or {}).get("digest")
-    return str(digest) if digest else None
+    dataset = meta.get("dataset") or {}
+    split = {k: v for k, v in (dataset.get("split") or {}).items() if k in ("expression", "seed", "fractions", "key")}
+    rows = ((dataset.get("splits") or {}).get("validation") or {}).get("rows")
+    if not split and rows is None:
+        return None
+    sources = sorted(str(src.get("digest") or src.get("paths")) for src in dataset.get("sources") or []
+                     if isinstance(src, dict))
+    body = json.dumps({"split": split, "rows": rows, "sources": sources}, sort_keys=True, default=str)
+    return VALIDATION_ID + hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def differences(stored: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
@@ -109,10 +125,10 @@ def check_same_search(study: Any, cfg: JobConfig, dataset_path: Optional[str], w
     refused = [d for d in diffs if d.split(":", 1)[0] in MEANING]
     if stored is not None:
         _check_space_kinds(study, stored.get("tune.space") or {}, now["tune.space"], where)
-    if stored is not None and stored.get("validation") and now["validation"] and \
-            stored["validation"] != now["validation"]:  # a study of an earlier version holds no digest
+    if stored is not None and str(stored.get("validation") or "").startswith(VALIDATION_ID) and \
+            now["validation"] and stored["validation"] != now["validation"]:  # an older study holds none
         raise ConfigError("tune.study", study.study_name,
-                          f"study '{study.study_name}' ({where}) holds trials measured on another validation split: "
+                          f"study '{study.study_name}' ({where}) holds trials measured on other validation rows: "
                           f"the dataset was preprocessed again ({stored.get('dataset')!r} -> {now['dataset']!r}; "
                           f"another split or other features give other validation rows), so their "
                           f"{now['tune.metric']} values do not compare with this search's. Name a new study "
