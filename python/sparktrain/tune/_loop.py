@@ -334,7 +334,7 @@ class SearchLoop:
         elif trial.cancelled_at is not None and (outcome is None or outcome.error is not None):
             status, tb = KILLED, None  # the cancel's own trace (py4j, SPARK_JOB_CANCELLED) says nothing more
             error = (f"timed out after {self.timeout_s:g} s (tune.trial_timeout_s); Spark job group "
-                     f"{trial.group} cancelled")
+                     f"{trial.group} cancelled" + (f": {error}" if error else ""))
         elif outcome is not None and outcome.error is not None:
             status, error, tb = FAILED, outcome.error, outcome.traceback
         elif outcome is not None:
