@@ -262,7 +262,7 @@ def _register_logged(client: Any, cfg: Any, body: Dict[str, Any], model: Any) ->
     with the usual champion rule, rather than log it a second time; None when that run logged none."""
     from mlflow.exceptions import MlflowException
 
-    from sparktrain.track.registry import RegisteredVersion, score_basis, score_of, set_champion_if_better
+    from sparktrain.track.registry import register_logged
 
     run_id = body.get("mlflow_run_id")
     try:
@@ -271,22 +271,15 @@ def _register_logged(client: Any, cfg: Any, body: Dict[str, Any], model: Any) ->
         return None
     if not logged or not str(logged).startswith("models:/m-"):
         return None
-    import mlflow
-
-    name = cfg.tracking.model_name
     metrics = dict(body.get("test") or {})
     if body.get("history") and "val_loss" in body["history"][-1]:
         metrics.setdefault("val_loss", body["history"][-1]["val_loss"])
-    metric, score, higher = score_of(model.inputs.task, metrics, model.history)
-    mv = mlflow.register_model(logged, name, tags={"sparktrain.run_id": run_id})
-    version = int(mv.version)
-    champion = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs))
-    client.set_tag(run_id, "sparktrain.model_version", version)
-    client.set_tag(run_id, "sparktrain.model_name", name)
-    log.info("registered the model run %s logged (%s) as v%s of '%s'", run_id, logged, version, name)
-    return RegisteredVersion(name=name, version=version, model_uri=f"models:/{name}/{version}",
-                             logged_model_uri=str(logged), run_id=str(run_id), metric=metric, score=score,
-                             champion=champion)
+    registered = register_logged(client, cfg.tracking.model_name, str(logged), str(run_id), model, metrics)
+    client.set_tag(run_id, "sparktrain.model_version", registered.version)
+    client.set_tag(run_id, "sparktrain.model_name", registered.name)
+    log.info("registered the model run %s logged (%s) as v%s of '%s'", run_id, logged, registered.version,
+             registered.name)
+    return registered
 
 
 def _trained_on(folder: str, body: Dict[str, Any], tmp: str) -> str:

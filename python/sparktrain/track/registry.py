@@ -238,20 +238,31 @@ def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[
     info = log_pyfunc_model(model, root, target, input_example=input_example,
                             metadata={"score_metric": metric, "score": score, "data": reader_record(cfg.data)},
                             params=client.get_run(target).data.params, client=client)
-    name, version, champion, uri = None, None, False, info.model_uri
     if cfg.tracking.register:
-        import mlflow
-
-        name = cfg.tracking.model_name
-        mv = mlflow.register_model(info.model_uri, name, tags={"sparktrain.run_id": target})
-        version = int(mv.version)
-        uri = f"models:/{name}/{version}"
-        champion = set_champion_if_better(client, name, version, metric, score, higher,
-                                          basis=score_basis(model.inputs))
+        registered = register_logged(client, cfg.tracking.model_name, info.model_uri, target, model, metrics)
+    else:
+        registered = RegisteredVersion(name=None, version=None, model_uri=info.model_uri,
+                                       logged_model_uri=info.model_uri, run_id=target, metric=metric, score=score)
     if own_run:
         client.set_terminated(target)
-    return RegisteredVersion(name=name, version=version, model_uri=uri, logged_model_uri=info.model_uri,
-                             run_id=target, metric=metric, score=score, champion=champion)
+    return registered
+
+
+def register_logged(client: Any, name: str, logged_uri: str, run_id: str, model: Any,
+                    metrics: Mapping[str, float]) -> RegisteredVersion:
+    """Register a logged model as a new version of ``name`` and apply the champion rule to it.
+
+    ``metrics`` are the ones :func:`score_of` ranks it by (test metrics, else ``val_loss``).
+    """
+    import mlflow
+
+    metric, score, higher = score_of(model.inputs.task, metrics, model.history)
+    mv = mlflow.register_model(logged_uri, name, tags={"sparktrain.run_id": run_id})
+    version = int(mv.version)
+    champion = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs))
+    return RegisteredVersion(name=name, version=version, model_uri=f"models:/{name}/{version}",
+                             logged_model_uri=logged_uri, run_id=run_id, metric=metric, score=score,
+                             champion=champion)
 
 
 def version_summary(client: Any, name: str) -> Dict[str, Any]:
