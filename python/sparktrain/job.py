@@ -321,13 +321,11 @@ def check_resume(cfg: JobConfig, stages: Sequence[str], run_id: str) -> None:
         return
     trained = len(bundle.get("history") or [])
     if cfg.train.epochs <= trained:
-        registered = bundle.get("registered")
         raise ConfigError("--resume", run_id, f"run {run_id} finished {trained} epochs and its model is saved "
-                                              f"({mask_value(run.uri('model'))}; "
-                                              f"{'registered' if registered else 'not registered'}): nothing to "
-                                              f"resume. Set train.epochs above {trained} to train it further"
-                                              + ("" if registered else ", or register it with `sparktrain "
-                                                 f"register --from-store {mask_value(run.uri())}`"))
+                                              f"({mask_value(run.uri('model'))}): nothing to resume. Set "
+                                              f"train.epochs above {trained} to train it further; if its tracking "
+                                              f"failed, `sparktrain register --from-store {mask_value(run.uri())}` "
+                                              f"registers it (and says so when it is registered already)")
 
 
 def _check_tune_budget(cfg: JobConfig, preprocessed: bool) -> None:

@@ -301,9 +301,11 @@ def test_the_cli_prints_how_to_resume_a_failed_training_and_resume_continues_tha
     assert "epochs: 2" in out and f"model saved: {store / run / 'model'}" in out  # trained to the end, saved
     # probe E: resuming the finished run again trained nothing and registered the same model again
     assert main(["train", str(conf), "--set", "train.learning_rate=0.01", "--resume", run]) == 1
-    assert f"run {run} finished 2 epochs and its model is saved ({store / run / 'model'}; not registered): " \
-           f"nothing to resume. Set train.epochs above 2 to train it further, or register it with `sparktrain " \
-           f"register --from-store {store / run}`" in capsys.readouterr().err
+    # (probe O: it said "not registered" of a model the job or `register --from-store` had registered)
+    assert f"run {run} finished 2 epochs and its model is saved ({store / run / 'model'}): nothing to resume. " \
+           f"Set train.epochs above 2 to train it further; if its tracking failed, `sparktrain register " \
+           f"--from-store {store / run}` registers it (and says so when it is registered already)" \
+           in capsys.readouterr().err
     # other settings: said in the CLI's words, not fit()'s and runId's
     assert main(["train", str(conf), "--set", "train.epochs=3", "--set", "train.learning_rate=0.05",
                  "--resume", run]) == 1

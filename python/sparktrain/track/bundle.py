@@ -87,8 +87,7 @@ def save_bundle(result: Any, cfg: Any, dataset_root: str, mlflow_run_id: Optiona
             "format": FORMAT, "run_id": model.getRunId(), "framework": model.framework,
             "mlflow_run_id": mlflow_run_id, "mlflow_parent_run_id": parent_run_id, "created_at": time.time(),
             "dataset": dataset_root, "test": result.test, "baseline": result.baseline,
-            "baseline_model": result.baseline_model, "history": result.history, "seconds": result.seconds,
-            "registered": None}
+            "baseline_model": result.baseline_model, "history": result.history, "seconds": result.seconds}
         body = {**mask_strings(body), "config": mask_config(cfg.to_dict()), "files": _file_digests(local)}
         _upload(local, target)
         _write_last(f"{target}/{BUNDLE_FILE}", json.dumps(body, indent=1, default=str).encode())
