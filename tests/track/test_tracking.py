@@ -525,3 +525,45 @@ def test_an_alias_that_names_a_deleted_version_is_said_so(tracking_uri):
         check_model_uri(client, "models:/dangling@champion")
     assert "alias 'champion' of model 'dangling' names version 7, which no longer exists" in str(info.value)
     assert "versions: 1" in str(info.value)
+
+
+def test_a_champion_scored_on_other_rows_is_compared_with_a_warning(tracking_uri, tmp_path, caplog):
+    """Probe O: a run with another split seed ranked its test_auc against the champion's, measured on other test
+    rows, with no word.  The rows' identity is a tag of each version; other rows still compare, with a warning."""
+    import json
+    import logging
+
+    from mlflow import MlflowClient
+
+    from sparktrain.track.registry import score_split, set_champion_if_better
+
+    def dataset(name: str, seed: int, test_rows: int) -> str:
+        root = tmp_path / name
+        root.mkdir()
+        (root / "features.json").write_text(json.dumps({"dataset": {
+            "split": {"seed": seed, "fractions": [0.8, 0.1, 0.1]},
+            "splits": {"validation": {"rows": 100}, "test": {"rows": test_rows}},
+            "sources": [{"paths": ["/data/t.parquet"], "digest": "abc"}]}}))
+        return str(root)
+
+    seed42, again, seed7 = dataset("a", 42, 97), dataset("b", 42, 97), dataset("c", 7, 103)
+    assert score_split(seed42, "test_auc") == score_split(again, "test_auc")  # the same preprocess run again
+    assert score_split(seed42, "test_auc") != score_split(seed7, "test_auc")
+    assert score_split(seed42, "test_auc") != score_split(seed42, "val_loss")  # val_loss: the validation rows
+    assert score_split(str(tmp_path / "none"), "test_auc") is None and score_split(seed42, None) is None
+
+    client = MlflowClient(tracking_uri, tracking_uri)
+    client.create_registered_model("resplit")
+    run = client.create_run(client.create_experiment("resplit")).info.run_id
+    v = [int(client.create_model_version("resplit", f"file:///tmp/r{i}", run).version) for i in range(3)]
+    assert set_champion_if_better(client, "resplit", v[0], "test_auc", 0.71, split=score_split(seed42, "test_auc"))
+    assert client.get_model_version("resplit", str(v[0])).tags["sparktrain.score_split"].startswith("split-v1:")
+    with caplog.at_level(logging.WARNING, logger="sparktrain.track.registry"):
+        assert set_champion_if_better(client, "resplit", v[1], "test_auc", 0.68,
+                                      split=score_split(seed7, "test_auc")) is False  # still compared
+    assert f"v{v[0]}'s test_auc was measured on other rows than v{v[1]}'s" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sparktrain.track.registry"):
+        assert set_champion_if_better(client, "resplit", v[2], "test_auc", 0.75,
+                                      split=score_split(again, "test_auc")) is True
+    assert "other rows" not in caplog.text  # the same rows: no warning

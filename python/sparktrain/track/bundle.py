@@ -273,7 +273,8 @@ def _register_logged(client: Any, cfg: Any, body: Dict[str, Any], model: Any) ->
     metrics = dict(body.get("test") or {})
     if body.get("history") and "val_loss" in body["history"][-1]:
         metrics.setdefault("val_loss", body["history"][-1]["val_loss"])
-    registered = register_logged(client, cfg.tracking.model_name, str(logged), str(run_id), model, metrics)
+    registered = register_logged(client, cfg.tracking.model_name, str(logged), str(run_id), model, metrics,
+                                 dataset_root=body.get("dataset"))
     client.set_tag(run_id, "sparktrain.model_version", registered.version)
     client.set_tag(run_id, "sparktrain.model_name", registered.name)
     log.info("registered the model run %s logged (%s) as v%s of '%s'", run_id, logged, registered.version,

@@ -96,19 +96,35 @@ def _same_target(a: str, b: str) -> bool:
     return not (cx and cy and not cx & cy)
 
 
+def score_split(dataset_root: Optional[str], metric: Optional[str]) -> Optional[str]:
+    """The identity of the rows ``metric`` is measured on: the test split for ``test_*`` metrics, else the
+    validation split (:func:`sparktrain.train.inputs.split_identity`); None when the dataset cannot say."""
+    from sparktrain.train.inputs import split_identity
+
+    if metric is None:
+        return None
+    return split_identity(dataset_root, "test" if metric.startswith("test_") else "validation")
+
+
 def set_champion_if_better(client: Any, name: str, version: int, metric: Optional[str], score: Optional[float],
-                           higher_is_better: bool = True, alias: str = CHAMPION, basis: Optional[str] = None) -> bool:
+                           higher_is_better: bool = True, alias: str = CHAMPION, basis: Optional[str] = None,
+                           split: Optional[str] = None) -> bool:
     """Point ``alias`` at ``version`` when it beats the current holder; returns whether it moved.
 
     The version's score (and ``basis``, :func:`score_basis`) is written to its
     tags first, so later versions can compare against it.  A holder that
     predicts another target (another label column or task, or classes with
     none in common) does not count: ``version`` takes the alias with a
-    warning naming both.
+    warning naming both.  ``split`` (:func:`score_split`) says which rows the
+    score was measured on; a holder scored on other rows (the dataset was
+    preprocessed again with another split or other source data) is still
+    compared, with a warning that the two scores come from different rows.
     """
     from mlflow.exceptions import MlflowException
 
     tags = {"sparktrain.score_basis": basis} if basis is not None else {}
+    if split is not None:
+        tags["sparktrain.score_split"] = split
     if metric is not None and score is not None:
         tags.update({"sparktrain.score_metric": metric, "sparktrain.score": repr(float(score)),
                      "sparktrain.higher_is_better": str(bool(higher_is_better)).lower()})
@@ -144,6 +160,12 @@ def set_champion_if_better(client: Any, name: str, version: int, metric: Optiona
         return False
     else:
         theirs = _version_score(client, current, metric)
+        theirs_split = dict(current.tags or {}).get("sparktrain.score_split")
+        if theirs is not None and split is not None and theirs_split is not None and theirs_split != split:
+            log.warning("%s of %s: v%s's %s was measured on other rows than v%s's (its dataset was preprocessed "
+                        "with another split or from other source data), so the comparison below is not like for "
+                        "like; score both on the same rows (sparktrain score) to compare them", alias, name,
+                        current.version, metric, version)
         if theirs is None:
             reason = f"v{current.version} has no comparable {metric}"
         elif (score > theirs) if higher_is_better else (score < theirs):
@@ -239,7 +261,8 @@ def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[
                             metadata={"score_metric": metric, "score": score, "data": reader_record(cfg.data)},
                             params=client.get_run(target).data.params, client=client)
     if cfg.tracking.register:
-        registered = register_logged(client, cfg.tracking.model_name, info.model_uri, target, model, metrics)
+        registered = register_logged(client, cfg.tracking.model_name, info.model_uri, target, model, metrics,
+                                     dataset_root=root)
     else:
         registered = RegisteredVersion(name=None, version=None, model_uri=info.model_uri,
                                        logged_model_uri=info.model_uri, run_id=target, metric=metric, score=score)
@@ -249,17 +272,19 @@ def log_model_and_register(model: Any, dataset: Any, cfg: Any, metrics: Mapping[
 
 
 def register_logged(client: Any, name: str, logged_uri: str, run_id: str, model: Any,
-                    metrics: Mapping[str, float]) -> RegisteredVersion:
+                    metrics: Mapping[str, float], dataset_root: Optional[str] = None) -> RegisteredVersion:
     """Register a logged model as a new version of ``name`` and apply the champion rule to it.
 
-    ``metrics`` are the ones :func:`score_of` ranks it by (test metrics, else ``val_loss``).
+    ``metrics`` are the ones :func:`score_of` ranks it by (test metrics, else ``val_loss``);
+    ``dataset_root``, the dataset they were measured on (:func:`score_split`).
     """
     import mlflow
 
     metric, score, higher = score_of(model.inputs.task, metrics, model.history)
     mv = mlflow.register_model(logged_uri, name, tags={"sparktrain.run_id": run_id})
     version = int(mv.version)
-    champion = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs))
+    champion = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs),
+                                      split=score_split(dataset_root, metric))
     return RegisteredVersion(name=name, version=version, model_uri=f"models:/{name}/{version}",
                              logged_model_uri=logged_uri, run_id=run_id, metric=metric, score=score,
                              champion=champion)

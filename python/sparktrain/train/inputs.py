@@ -17,6 +17,8 @@ from sparktrain.train._executor.spec import InputSpec
 log = logging.getLogger(__name__)
 
 FEATURES_JSON = "features.json"
+#: the prefix of :func:`split_identity`'s values (an identity of another kind is not compared)
+SPLIT_ID = "split-v1:"
 #: An inferred categorical input with more embedding rows than this is refused as a likely id column.
 MAX_INFERRED_CARDINALITY = 1_000_000
 
@@ -88,6 +90,36 @@ def read_features_json(dataset_root: str) -> Optional[Dict[str, Any]]:
         raise DataError(f"{FEATURES_JSON} '{inner}' holds a JSON {type(meta).__name__}, not an object. Run the "
                         "preprocess stage again (sparktrain preprocess), which writes a new generation of the dataset.")
     return meta
+
+
+def split_identity(dataset_path: Optional[str], split: str) -> Optional[str]:
+    """What identifies the rows of one split (``"validation"``, ``"test"``) of a dataset, from its
+    ``features.json``: the split's definition (expression, seed, fractions, key), that split's row count and the
+    sources' digests (lineage); None where the dataset has no readable ``features.json``.
+
+    The same preprocess run again gives the same identity (the split is a hash of the key, or of every column
+    read); another split, other features of a keyless split, or other source data give another.  Not the
+    split's file digest: Spark names part files with a random job id, so it changes on every run.
+    """
+    if not dataset_path:
+        return None
+    import hashlib
+    import json
+
+    try:
+        meta = read_features_json(dataset_path) or {}
+    except Exception:  # noqa: BLE001 - a dataset without a readable features.json has no identity to compare
+        return None
+    dataset = meta.get("dataset") or {}
+    definition = {k: v for k, v in (dataset.get("split") or {}).items()
+                  if k in ("expression", "seed", "fractions", "key")}
+    rows = ((dataset.get("splits") or {}).get(split) or {}).get("rows")
+    if not definition and rows is None:
+        return None
+    sources = sorted(str(src.get("digest") or src.get("paths")) for src in dataset.get("sources") or []
+                     if isinstance(src, dict))
+    body = json.dumps({"split": definition, "rows": rows, "sources": sources}, sort_keys=True, default=str)
+    return SPLIT_ID + hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def _cardinalities_from_features(meta: Optional[Dict[str, Any]]) -> Dict[str, int]:

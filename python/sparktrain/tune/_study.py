@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional
 
 from sparktrain.config import JobConfig, TuneConfig
 from sparktrain.errors import ConfigError
+from sparktrain.train.inputs import SPLIT_ID
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ SEARCH_ATTR = "sparktrain_search"
 #: settings whose change gives a trial's value another meaning: refused on a continued study
 MEANING = ("tune.metric", "train.task", "train.validation_fraction")
 #: the prefix of :func:`validation_digest`'s values (a study that holds another kind is not compared)
-VALIDATION_ID = "split-v1:"
+VALIDATION_ID = SPLIT_ID
 #: ``train:`` keys that change how a trial runs, not the value it reports
 RUN_ONLY = frozenset({"store", "log_every_steps", "log_every_s", "checkpoint_every_steps", "checkpoint_every_s",
                       "keep_checkpoints", "stall_timeout_s", "compare_baseline", "gpus_per_worker"})
@@ -66,33 +67,11 @@ def search_settings(cfg: JobConfig, dataset_path: Optional[str]) -> Dict[str, An
 
 
 def validation_digest(dataset_path: Optional[str]) -> Optional[str]:
-    """What identifies the rows every trial's value is measured on, from the dataset's ``features.json``: the
-    split (its expression, seed and fractions), the validation split's row count and the sources' digests
-    (lineage); None where the dataset has no ``features.json``.
+    """What identifies the rows every trial's value is measured on (:func:`sparktrain.train.inputs.split_identity`
+    of the validation split)."""
+    from sparktrain.train.inputs import split_identity
 
-    The same preprocess run again gives the same identity (the split is a hash of the key, or of every column
-    read); another split, other features of a keyless split, or other source data give another.  Not the
-    split's file digest: Spark names part files with a random job id, so it changes on every run.
-    """
-    if not dataset_path:
-        return None
-    import hashlib
-
-    from sparktrain.train.inputs import read_features_json
-
-    try:
-        meta = read_features_json(dataset_path) or {}
-    except Exception:  # noqa: BLE001 - a dataset without a readable features.json: the trials report it
-        return None
-    dataset = meta.get("dataset") or {}
-    split = {k: v for k, v in (dataset.get("split") or {}).items() if k in ("expression", "seed", "fractions", "key")}
-    rows = ((dataset.get("splits") or {}).get("validation") or {}).get("rows")
-    if not split and rows is None:
-        return None
-    sources = sorted(str(src.get("digest") or src.get("paths")) for src in dataset.get("sources") or []
-                     if isinstance(src, dict))
-    body = json.dumps({"split": split, "rows": rows, "sources": sources}, sort_keys=True, default=str)
-    return VALIDATION_ID + hashlib.sha256(body.encode()).hexdigest()[:16]
+    return split_identity(dataset_path, "validation")
 
 
 def differences(stored: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
