@@ -567,3 +567,28 @@ def test_a_champion_scored_on_other_rows_is_compared_with_a_warning(tracking_uri
         assert set_champion_if_better(client, "resplit", v[2], "test_auc", 0.75,
                                       split=score_split(again, "test_auc")) is True
     assert "other rows" not in caplog.text  # the same rows: no warning
+
+
+def test_a_new_model_name_that_differs_from_one_only_by_case_is_warned(tracking_uri, caplog):
+    """Probe O: `tracking.model_name=Probe-Model` beside `probe-model` made a second model with no word (the same
+    name on MySQL or SQL Server).  Quotes and LIKE wildcards in a name are matched literally."""
+    import logging
+
+    from mlflow import MlflowClient
+
+    from sparktrain.track.registry import _warn_case_twins
+
+    client = MlflowClient(tracking_uri, tracking_uri)
+    for name in ("probe-model", "Probe-Model", "o'brien", "probe_model", "a%b"):
+        client.create_registered_model(name)
+    with caplog.at_level(logging.WARNING, logger="sparktrain.track.registry"):
+        _warn_case_twins(client, "Probe-Model")
+        _warn_case_twins(client, "O'Brien")
+    assert "registered a new model 'Probe-Model' next to 'probe-model', whose name differs only by case" in caplog.text
+    assert "next to \"o'brien\"" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sparktrain.track.registry"):
+        _warn_case_twins(client, "probe_model")  # '_' is not a wildcard here: probe-model is no twin
+        _warn_case_twins(client, "a%b")
+        _warn_case_twins(client, "unique")
+    assert caplog.text == ""

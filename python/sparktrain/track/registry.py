@@ -283,11 +283,30 @@ def register_logged(client: Any, name: str, logged_uri: str, run_id: str, model:
     metric, score, higher = score_of(model.inputs.task, metrics, model.history)
     mv = mlflow.register_model(logged_uri, name, tags={"sparktrain.run_id": run_id})
     version = int(mv.version)
+    if version == 1:
+        _warn_case_twins(client, name)
     champion = set_champion_if_better(client, name, version, metric, score, higher, basis=score_basis(model.inputs),
                                       split=score_split(dataset_root, metric))
     return RegisteredVersion(name=name, version=version, model_uri=f"models:/{name}/{version}",
                              logged_model_uri=logged_uri, run_id=run_id, metric=metric, score=score,
                              champion=champion)
+
+
+def _warn_case_twins(client: Any, name: str) -> None:
+    """Warn when a new registered model's name differs from existing ones only by case: a typo's second model
+    on sqlite, and one name on a database whose collation ignores case (MySQL, SQL Server)."""
+    import re
+
+    pattern = re.sub(r"['\"%_\\]", "_", name)  # quotes and wildcards: any one character, checked below
+    try:
+        twins = [m.name for m in client.search_registered_models(f"name ILIKE '{pattern}'")
+                 if m.name != name and m.name.lower() == name.lower()]
+    except Exception:  # noqa: BLE001 - a store that cannot search by ILIKE: no warning, nothing else changes
+        return
+    if twins:
+        log.warning("registered a new model %r next to %s, whose name differs only by case; was "
+                    "tracking.model_name meant to be %r? (on MySQL or SQL Server the names collide)", name,
+                    ", ".join(repr(t) for t in sorted(twins)), sorted(twins)[0])
 
 
 def version_summary(client: Any, name: str) -> Dict[str, Any]:
