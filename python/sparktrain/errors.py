@@ -77,7 +77,8 @@ class MissingColumnError(SchemaError, KeyError):
             -> None:
         available = list(available)
         close = difflib.get_close_matches(column, available, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else _separator_hint(column, available)
+        hint = _unicode_form_hint(column, available) or _duplicate_header_hint(column, available) or \
+            (f" Did you mean '{close[0]}'?" if close else _separator_hint(column, available))
         super().__init__(f"column '{column}' is not in {where}.{hint} Columns that exist: "
                          f"{', '.join(available)}. {fix}")
         self.column = column
@@ -87,6 +88,37 @@ class MissingColumnError(SchemaError, KeyError):
 
 
 _SEPARATORS = {"\t": "\\t", ";": ";", "|": "|", ",": ","}
+
+
+def _unicode_form_hint(column: str, available: Iterable[str]) -> str:
+    """A column with the same letters in another Unicode normalization form (a macOS export's NFD 'e' + accent
+    against the config's NFC 'é') looks identical in a message: say why it does not match."""
+    import unicodedata
+
+    same = [n for n in available if n != column and
+            unicodedata.normalize("NFC", n) == unicodedata.normalize("NFC", column)]
+    if not same:
+        return ""
+    if unicodedata.is_normalized("NFC", same[0]):  # the data is NFC: the name asked for is not
+        return (f" Column {same[0]!r} has the same letters in another Unicode form: the data's name is NFC, the "
+                f"name asked for is not (e.g. NFD, as macOS writes accents), so they differ byte by byte. Write the "
+                f"name in NFC (unicodedata.normalize('NFC', name)) where the config or a Param names it.")
+    return (f" Column {same[0]!r} has the same letters in another Unicode form (not NFC: e.g. NFD, as macOS and "
+            f"some exports write accents), so the names differ byte by byte: rename it in the data (e.g. "
+            f"withColumnRenamed to unicodedata.normalize('NFC', name)) or save the file with NFC names.")
+
+
+def _duplicate_header_hint(column: str, available: Iterable[str]) -> str:
+    """Spark's CSV reader renames a header name that appears more than once to name + its position ('x' twice in
+    'id,x,x' gives x1 and x2): say so, since the file shows 'x'."""
+    import re
+
+    copies = [n for n in available if re.fullmatch(re.escape(column) + r"\d+", n)]
+    if len(copies) < 2:
+        return ""
+    return (f" The input's header holds '{column}' more than once: Spark's CSV reader renamed the copies "
+            f"{', '.join(copies)} (name + column position). Give each header column its own name, or name one of "
+            f"{', '.join(copies)}.")
 
 
 def _separator_hint(column: str, available: Iterable[str]) -> str:

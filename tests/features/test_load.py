@@ -55,6 +55,32 @@ def test_a_tab_separated_file_read_as_csv_names_the_separator(spark, tmp_path, h
     assert list(types) == ["id", "city", "price", "grade"]
 
 
+def test_a_duplicate_csv_header_and_a_macos_header_say_why_the_column_is_missing(spark, tmp_path):
+    """Probe M: Spark renames a header name given twice to name + position (x1, x2), and a macOS export writes
+    'é' as 'e' + accent (NFD): both gave a bare "not in the input" or a "did you mean" showing the same name."""
+    import unicodedata
+
+    from sparktrain.errors import MissingColumnError
+    from sparktrain.features.load import load_input
+    from sparktrain.features.spec import parse_feature
+    from sparktrain.features.validate import check_schema
+
+    nfd = unicodedata.normalize("NFD", "catégorie")
+    path = tmp_path / "dup.csv"
+    path.write_text(f"id,x,x,{nfd},label\n1,2.0,3.0,a,0\n2,4.0,5.0,b,1\n", encoding="utf-8")
+    df = load_input(spark, DataConfig(source=str(path), format="csv"))
+    assert df.columns == ["id", "x1", "x2", nfd, "label"]  # Spark's own renaming, which the hint explains
+    with pytest.raises(MissingColumnError) as dup:
+        check_schema(df.schema, [parse_feature({"name": "x", "type": "numeric"}, "features[0]")], label="label")
+    assert "The input's header holds 'x' more than once: Spark's CSV reader renamed the copies x1, x2 " \
+           "(name + column position)" in str(dup.value)
+    with pytest.raises(MissingColumnError) as form:
+        check_schema(df.schema, [parse_feature({"name": "catégorie", "type": "categorical"}, "features[0]")],
+                     label="label")
+    assert "has the same letters in another Unicode form (not NFC: e.g. NFD" in str(form.value)
+    assert "Did you mean" not in str(form.value)
+
+
 @pytest.mark.parametrize("fmt", ["json", "orc", "parquet"])
 def test_json_orc_and_parquet_files(spark, tmp_path, houses, fmt):
     from sparktrain.features.load import load_input
