@@ -81,6 +81,26 @@ def test_a_duplicate_csv_header_and_a_macos_header_say_why_the_column_is_missing
     assert "Did you mean" not in str(form.value)
 
 
+def test_a_latin1_csv_read_as_utf8_warns_with_the_encoding_option(spark, tmp_path, caplog):
+    """Probe M: a Latin-1 file read as UTF-8 gave categories 'Orl\ufffdans', 'K\ufffdln' with no word (letters that
+    differ only there collapse into one category)."""
+    import logging
+
+    from sparktrain.features.load import load_input
+    from sparktrain.features.materialize import _warn_lookalike_categories
+
+    path = tmp_path / "cities.csv"
+    path.write_bytes("city,y\nOrléans,1\nKöln,0\nLyon,1\n".encode("latin-1"))
+    read = sorted(r.city for r in load_input(spark, DataConfig(source=str(path), format="csv")).collect())
+    assert read == ["K\ufffdln", "Lyon", "Orl\ufffdans"]  # Spark's UTF-8 decoder, as a user gets it
+    with caplog.at_level(logging.WARNING, logger="sparktrain.features.materialize"):
+        _warn_lookalike_categories([{"name": "city_ix", "source": "city", "type": "categorical", "vocabulary": read}])
+    assert "feature 'city_ix' (column 'city') has 2 categories holding U+FFFD" in caplog.text
+    assert "data.options: {encoding: ISO-8859-1}" in caplog.text
+    fixed = load_input(spark, DataConfig(source=str(path), format="csv", options={"encoding": "ISO-8859-1"}))
+    assert sorted(r.city for r in fixed.collect()) == ["Köln", "Lyon", "Orléans"]  # the fix the warning names
+
+
 @pytest.mark.parametrize("fmt", ["json", "orc", "parquet"])
 def test_json_orc_and_parquet_files(spark, tmp_path, houses, fmt):
     from sparktrain.features.load import load_input

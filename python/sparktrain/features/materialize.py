@@ -313,6 +313,14 @@ def _warn_lookalike_categories(features: Sequence[Mapping[str, Any]]) -> None:
         vocabulary = f.get("vocabulary") if f.get("type") == "categorical" else None
         if not vocabulary:
             continue
+        garbled = [str(v) for v in vocabulary if "\ufffd" in str(v)]
+        if garbled:
+            log.warning("feature '%s' (column '%s') has %d categor%s holding U+FFFD, the character a decoder puts for "
+                        "bytes that are not UTF-8 (%s): the file is probably in another encoding, and categories "
+                        "that differ only in those letters became one. Set the reader's encoding (e.g. "
+                        "data.options: {encoding: ISO-8859-1} or --option encoding=windows-1252) and preprocess "
+                        "again", f.get("name"), f.get("source"), len(garbled), "y" if len(garbled) == 1 else "ies",
+                        ", ".join(repr(v) for v in garbled[:3]))
         groups: Dict[str, List[str]] = {}
         for value in vocabulary:
             groups.setdefault(str(value).strip().casefold(), []).append(str(value))
