@@ -101,6 +101,28 @@ def test_a_latin1_csv_read_as_utf8_warns_with_the_encoding_option(spark, tmp_pat
     assert sorted(r.city for r in fixed.collect()) == ["Köln", "Lyon", "Orléans"]  # the fix the warning names
 
 
+def test_a_csv_with_doubled_quotes_warns_with_the_escape_option(spark, tmp_path, caplog):
+    """Probe M: pandas, Excel and Python's csv double the quotes inside a quoted field (RFC 4180); Spark's reader
+    (escape: a backslash) kept the raw text, outer quotes included, as a category, with no word."""
+    import csv
+    import logging
+
+    from sparktrain.features.load import load_input
+    from sparktrain.features.materialize import _warn_lookalike_categories
+
+    path = tmp_path / "quotes.csv"
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows([["note", "y"], ['say "hi"', 1], ["plain", 0]])
+    read = sorted(r.note for r in load_input(spark, DataConfig(source=str(path), format="csv")).collect())
+    assert read == ['"say ""hi"""', "plain"]
+    with caplog.at_level(logging.WARNING, logger="sparktrain.features.materialize"):
+        _warn_lookalike_categories([{"name": "note", "source": "note", "type": "categorical", "vocabulary": read}])
+    assert "feature 'note' (column 'note') has categories that keep a CSV's quoting" in caplog.text
+    assert "data.options: {escape: '\"'}" in caplog.text
+    fixed = load_input(spark, DataConfig(source=str(path), format="csv", options={"escape": '"'}))
+    assert sorted(r.note for r in fixed.collect()) == ["plain", 'say "hi"']  # the fix the warning names
+
+
 @pytest.mark.parametrize("fmt", ["json", "orc", "parquet"])
 def test_json_orc_and_parquet_files(spark, tmp_path, houses, fmt):
     from sparktrain.features.load import load_input

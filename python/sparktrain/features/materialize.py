@@ -321,6 +321,13 @@ def _warn_lookalike_categories(features: Sequence[Mapping[str, Any]]) -> None:
                         "data.options: {encoding: ISO-8859-1} or --option encoding=windows-1252) and preprocess "
                         "again", f.get("name"), f.get("source"), len(garbled), "y" if len(garbled) == 1 else "ies",
                         ", ".join(repr(v) for v in garbled[:3]))
+        quoted = [str(v) for v in vocabulary if str(v).startswith('"') and '""' in str(v)]
+        if quoted:
+            log.warning("feature '%s' (column '%s') has categories that keep a CSV's quoting (%s): the file doubles "
+                        "quotes inside quoted fields (RFC 4180, as Excel, pandas and Python's csv write), while "
+                        "Spark's CSV reader expects a backslash. Set data.options: {escape: '\"'} (or --option "
+                        "escape='\"') and preprocess again", f.get("name"), f.get("source"),
+                        ", ".join(repr(v) for v in quoted[:3]))
         groups: Dict[str, List[str]] = {}
         for value in vocabulary:
             groups.setdefault(str(value).strip().casefold(), []).append(str(value))
