@@ -398,3 +398,23 @@ def test_fit_features_constant_column_with_nulls_scales_like_pipeline_fit(spark)
     for col, (method, offset, scale) in want.items():
         assert got[col][0] == method and got[col][1:] == pytest.approx((offset, scale), rel=1e-12), col
     assert got[plan.internal("x", "imp")][2] == 1.0 and got[plan.internal("z", "imp")][2] == 1.0
+
+
+def test_transform_local_scores_a_float_id_above_2_53_as_unseen_with_a_warning():
+    """Probe M: pandas turns an integer column with a null into float64; 2**60, 2**60+1 and 2**60+7 are then one
+    double, and every id took the first id's (valid) category.  A float that cannot name one integer is unseen."""
+    import numpy as np
+    import pandas as pd
+
+    from sparktrain.serve.local import transform_local
+
+    ids = [2 ** 60 + 7, 2 ** 60, 2 ** 60 + 1]
+    meta = {"key": None, "label": None, "float_columns": [], "int_columns": ["bigid_ix"],
+            "features": [{"name": "bigid_ix", "source": "bigid", "type": "categorical", "encoding": "vocabulary",
+                          "source_dtype": "bigint", "vocabulary": [str(i) for i in ids] + ["12"]}]}
+    exact = transform_local(pd.DataFrame({"bigid": pd.array(ids + [12, None], dtype="Int64")}), meta)
+    assert exact["bigid_ix"].tolist() == [0, 1, 2, 3, 4]  # as trained; a null is the unseen index
+    with pytest.warns(UserWarning, match=r"column 'bigid' was trained as integers, but 3 value\(s\) arrived as "
+                                         r"floats above 2\*\*53"):
+        floats = transform_local(pd.DataFrame({"bigid": [float(i) for i in ids] + [12.0, np.nan]}), meta)
+    assert floats["bigid_ix"].tolist() == [4, 4, 4, 3, 4]  # 12.0 is still category 12

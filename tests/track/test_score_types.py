@@ -220,3 +220,20 @@ def test_a_fresh_process_reads_the_store_sparktrain_score_reads(model, spark, tm
     scored = _scores(load_spark_model(uri, tracking_uri=mlflow_server).transform(rows))
     assert scored.std() > 0.05 and mlflow.get_tracking_uri() == mlflow_server  # configured, as the CLI does
     np.testing.assert_allclose(by_path, scored, atol=1e-6)
+
+
+def test_read_as_reads_whole_fractions_as_integers_and_a_double_above_2_53_as_missing(spark):
+    """An integer categorical given as double: 1.0 is 1, 1.5 and a double above 2**53 (which names no one integer:
+    2**60 + 1 reads as 2**60) are missing; an exact decimal keeps its integer."""
+    from decimal import Decimal
+
+    from pyspark.sql import types as T
+
+    from sparktrain.serve.spark_model import read_as
+
+    big = 2 ** 60 + 1
+    schema = T.StructType([T.StructField("d", T.DoubleType()), T.StructField("m", T.DecimalType(38, 0))])
+    df = spark.createDataFrame([(1.0, Decimal(big)), (1.5, Decimal(7)), (float(big), None)], schema)
+    rows = df.select(read_as("d", "double", "bigint").alias("d"),
+                     read_as("m", "decimal(38,0)", "bigint").alias("m")).collect()
+    assert [(r.d, r.m) for r in rows] == [(1, big), (None, 7), (None, None)]

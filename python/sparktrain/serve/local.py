@@ -17,6 +17,10 @@ Known differences from Spark, all outside what the pipeline itself produces:
 * a fractional (float/double) categorical column is turned into text like Java's
   ``Double.toString`` for magnitudes in [1e-3, 1e7); outside that range the text
   (and so the index) may differ.
+* a float where the categorical was trained on integers is read as that integer
+  when it is whole; one above 2**53 names no one integer (pandas gives float64
+  for an integer column with a null), so it is an unseen category, with a
+  warning, as in Spark's scorer.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
                             f"(tokenizer, vector conversion or Spark datetime patterns). Score with Spark: "
                             f"sparktrain score, or sparktrain.serve.pyfunc.load_spark_model(uri).transform(df)")
         if kind == "crossed":
-            cols = [_as_trained(_require(table, c, f["name"]), t)
+            cols = [_as_trained(_require(table, c, f["name"]), t, c)
                     for c, t in zip(f["columns"], f.get("source_dtypes") or [None] * len(f["columns"]))]
             values[f["name"]] = _hash(cols, f["hash"]["buckets"], f["hash"]["separator"])
             continue
@@ -96,7 +100,7 @@ def transform_local(data: Any, features_json: Union[Mapping[str, Any], str],
                 x = (x - scale["offset"]) / scale["scale"]
             values[f["name"]] = x.astype(np.float32)
         elif kind == "categorical":
-            col = _as_trained(col, f.get("source_dtype"))
+            col = _as_trained(col, f.get("source_dtype"), f["source"])
             if f["encoding"] == "hash":
                 values[f["name"]] = _hash([col], f["hash"]["buckets"], "\x01")
             else:
@@ -238,13 +242,27 @@ def _as_text(col: pa.Array) -> pa.Array:
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 
 
-def _as_trained(col: pa.Array, source_dtype: Any) -> pa.Array:
+def _as_trained(col: pa.Array, source_dtype: Any, name: str = "") -> pa.Array:
     """A fractional column where the categorical was fitted on integers: an integral value as that integer
-    (``1.0`` is category ``1``, not an unseen ``"1.0"``), any other missing, as Spark's scorer reads it."""
+    (``1.0`` is category ``1``, not an unseen ``"1.0"``), any other missing, as Spark's scorer reads it.
+
+    A float above 2**53 cannot name one integer (2**60 and 2**60 + 1 are the same double), so it is missing
+    too, with a warning, rather than a confident index of its neighbour's category.
+    """
     if str(source_dtype or "").lower() not in _INTEGERS or not pa.types.is_floating(col.type):
         return col
     x = col.to_numpy(zero_copy_only=False).astype(np.float64)
-    whole = np.isfinite(x) & (np.floor(x) == x) & (np.abs(x) < 2.0 ** 63)
+    whole = np.isfinite(x) & (np.floor(x) == x)
+    inexact = whole & (np.abs(x) > 2.0 ** 53)
+    if inexact.any():
+        import warnings
+
+        warnings.warn(f"column '{name}' was trained as integers, but {int(inexact.sum())} value(s) arrived as floats "
+                      f"above 2**53 (e.g. {x[inexact][0]:.0f}), which cannot name one integer: they are scored as "
+                      f"an unseen category. Pass the column as integers (pandas: .astype('Int64'), which also "
+                      f"keeps nulls; pandas turns an integer column with a null into float64)", UserWarning,
+                      stacklevel=3)
+    whole &= ~inexact
     return pa.array(np.where(whole, x, 0).astype(np.int64), mask=~whole)
 
 

@@ -49,7 +49,7 @@ def read_as(name: str, given: str, trained: Optional[str], model: str = "the mod
       missing, as the pyfunc path reads it);
     * a fraction (``double``, ``float``, ``decimal``) where an integer (``bigint``) was trained: an
       integral value as that integer (``1.0`` is category ``1``, not an unseen ``"1.0"``), any other value
-      missing;
+      missing, and so a ``double`` above 2**53, which cannot name one integer;
     * a number or a boolean where a text categorical was trained: refused, since every value would be an
       unseen category (``SchemaError`` naming the column and the cast that keeps the values as text);
     * anything else as it is.
@@ -64,7 +64,10 @@ def read_as(name: str, given: str, trained: Optional[str], model: str = "the mod
     if given == "string" and trained in CASTABLE:
         return try_cast(name, trained)
     if trained == "bigint" and (given in _FRACTIONS or given.startswith("decimal")):
-        return F.when(col == F.floor(col), col.cast("bigint"))  # 1.0 -> 1; 1.5 (no such category) -> missing
+        whole = col == F.floor(col)  # 1.0 -> 1; 1.5 (no such category) -> missing
+        if given in _FRACTIONS:  # a double above 2**53 names no one integer (2**60 + 1 reads as 2**60): missing
+            whole = whole & (F.abs(col) <= F.lit(2.0 ** 53))
+        return F.when(whole, col.cast("bigint"))
     if trained == "string" and (given in _NUMBERS or given == "boolean" or given.startswith("decimal")):
         raise SchemaError(f"column '{name}' is {given} here, but {model} was trained on it as text (string): "
                           f"every value would be a category it never saw. Fix: read it as text (a CSV or JSON "
