@@ -383,7 +383,7 @@ def run_preprocess(spark: Any, cfg: JobConfig) -> Any:
 def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[Any] = (),
                 run_id: Optional[str] = None) -> TrainResult:
     """Fit the ``train:`` section's estimator on a materialized dataset, then evaluate on its test split."""
-    from sparktrain.train.evaluate import baseline_name, estimator_from_config, evaluate_model, mllib_baseline
+    from sparktrain.train.evaluate import baseline_name, estimator_from_config, evaluate_model
     from sparktrain.train.inputs import exists
 
     from sparktrain.data.commit import resolve
@@ -406,12 +406,27 @@ def train_stage(spark, cfg: JobConfig, dataset_path: str, callbacks: Sequence[An
     if has_test:
         test = evaluate_model(model, spark.read.parquet(test_path)).metrics
         if cfg.train.compare_baseline:
-            baseline = mllib_baseline(spark, dataset_path, model.inputs, cfg.data.label).metrics
+            baseline = _baseline(spark, dataset_path, model, cfg.data.label)
     log.info("task %s (label '%s'%s)", model.inputs.task, cfg.data.label,
              f", classes {list(model.inputs.classes)[:10]}" if model.inputs.classes else "")
     _warn_below_mean(test, cfg)
     return TrainResult(model=model, test=test, baseline=baseline, history=model.history,
                        seconds=time.perf_counter() - t0, baseline_model=baseline_name(model.inputs.task))
+
+
+def _baseline(spark: Any, dataset_path: str, model: Any, label: str) -> Dict[str, float]:
+    """The MLlib baseline's test metrics; {} with a warning when it fails, since the trained model is what the
+    job is for (``train.compare_baseline`` only adds a comparison)."""
+    from sparktrain.train.evaluate import baseline_name, mllib_baseline
+
+    try:
+        return mllib_baseline(spark, dataset_path, model.inputs, label).metrics
+    except Exception as exc:  # noqa: BLE001 - a comparison that fails leaves the model and its metrics as they are
+        reason = str(getattr(exc, "desc", None) or exc).strip().splitlines()[0][:300]
+        log.warning("the %s baseline failed (%s: %s); the model is kept, tracked and registered without the "
+                    "comparison. Set train.compare_baseline: false to skip it", baseline_name(model.inputs.task),
+                    type(exc).__name__, mask_value(reason))
+        return {}
 
 
 def config_differences(cfg: JobConfig, meta: Dict[str, Any]) -> List[str]:

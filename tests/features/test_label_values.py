@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -115,3 +116,46 @@ def test_regression_metrics_and_linear_baseline(spark, tmp_path):
     assert set(metrics) == set(base) == {"test_rmse", "test_r2"}
     assert base["test_r2"] > 0.5 and metrics["test_rmse"] < 0.5
     assert dict(model.transform(test).dtypes)["prediction"] == "double"
+
+
+def test_the_mllib_baseline_takes_float_blocks(spark, tmp_path):
+    """Probe P: a `type: vector` feature (a float block) made the baseline fail after training ("Can not infer
+    column lengths with handleInvalid = keep"): array_to_vector carries no size; the baseline now gives it."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+    from sparktrain.train._executor.spec import InputSpec
+    from sparktrain.train.evaluate import mllib_baseline
+
+    root = tmp_path / "blocks"
+    df = spark.range(2000).select(F.rand(1).cast("float").alias("a"),
+                                  F.array(F.rand(2), F.rand(3), F.rand(4)).cast("array<float>").alias("blk"))
+    df = df.withColumn("y", (F.col("blk")[0] + F.col("a") * 0.2 > 0.6).cast("float"))
+    write_parquet(df.where("id % 5 != 0"), str(root / "train"))
+    write_parquet(df.where("id % 5 = 0"), str(root / "test"))
+    inputs = InputSpec(numeric=("a",), categorical=(), label="y", task="binary", vectors=(("blk", 3),))
+    base = mllib_baseline(spark, str(root), inputs, "y").metrics
+    assert set(base) == {"test_auc", "test_accuracy"} and base["test_auc"] > 0.9  # blk[0] decides the label
+
+
+def test_a_failing_baseline_leaves_the_trained_model_with_a_warning(spark, tmp_path, caplog):
+    """Probe P: the baseline's failure after training ended the whole job with a Py4J trace, and nothing was
+    registered; the comparison is optional, so it is left out with a warning naming the setting."""
+    import logging
+    from types import SimpleNamespace
+
+    from pyspark.sql import functions as F
+
+    from sparktrain.data.manifest import write_parquet
+    from sparktrain.job import _baseline
+    from sparktrain.train._executor.spec import InputSpec
+
+    root = tmp_path / "ds"
+    df = spark.range(200).select(F.rand(1).cast("float").alias("a"), (F.rand(2) > 0.5).cast("float").alias("y"))
+    write_parquet(df, str(root / "train"))
+    write_parquet(df, str(root / "test"))
+    model = SimpleNamespace(inputs=InputSpec(numeric=("gone",), categorical=(), label="y", task="binary"))
+    with caplog.at_level(logging.WARNING, logger="sparktrain.job"):
+        assert _baseline(spark, str(root), model, "y") == {}
+    assert re.search(r"the LogisticRegression baseline failed \(\w+Exception: .*`?gone`? ", caplog.text), caplog.text
+    assert "Set train.compare_baseline: false to skip it" in caplog.text and "Traceback" not in caplog.text

@@ -119,6 +119,11 @@ def mllib_baseline(spark, dataset_path: str, inputs: Any, label: str) -> EvalRes
             test = test.withColumn(f"{c}__vec", array_to_vector(F.col(f"`{c}`")))
     cats = [c for c, _ in inputs.categorical]
     stages: List[Any] = []
+    if blocks:  # array_to_vector carries no size, which VectorAssembler(handleInvalid="keep") needs
+        from pyspark.ml.feature import VectorSizeHint
+
+        stages += [VectorSizeHint(inputCol=f"{c}__vec", size=int(width), handleInvalid="optimistic")
+                   for c, width in inputs.vectors]
     bags = [b[0] for b in inputs.bags]
     if bags:  # a text or set feature's ids as a bag of words: CountVectorizer over the ids as strings
         from pyspark.ml.feature import CountVectorizer
