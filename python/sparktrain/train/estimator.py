@@ -22,7 +22,7 @@ from pyspark.ml import Estimator
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import RunMismatchError, SchemaError, TrainingError
+from sparktrain.errors import ConfigError, RunMismatchError, SchemaError, TrainingError
 from sparktrain.train import plan as plan_mod
 from sparktrain.train import preflight
 from sparktrain.settings import PARAM_OF, check_together, resolve_backend
@@ -142,18 +142,41 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         return self
 
     def setModelFactory(self, fn: Callable) -> "_DistributedEstimator":
-        """``fn(inputs: InputSpec, model: ModelSpec)`` returning the network (not persisted)."""
-        self._model_factory = fn
+        """``fn(inputs: InputSpec, model: ModelSpec)`` returning the network (not persisted).
+
+        The network is called with the numeric block ``[B, numeric_width]`` and the ``[B, cat_width]``
+        integer block (torch: ``net(x_num, x_cat)``; Keras: one list, ``[numeric, one [B, 1] index per
+        categorical, one [B, length] block per text/set feature]``) and returns **logits**: ``[B, 1]``, or
+        ``[B, num_classes]`` for multiclass, with no final sigmoid/softmax (the loss and scoring apply it).
+        A Keras network is checked on two rows before training, and must save and load back (custom
+        layers registered with ``@keras.saving.register_keras_serializable()``).
+        """
+        self._model_factory = _factory(fn, "setModelFactory", 2, "fn(inputs, model_spec) returning the network")
         return self
 
     def setLossFactory(self, fn: Callable) -> "_DistributedEstimator":
-        """``fn()`` returning ``loss(outputs, labels)`` (not persisted)."""
-        self._loss_factory = fn
+        """``fn()`` returning the loss (not persisted): torch ``loss(outputs, labels)``, a mean over the batch;
+        Keras ``loss(y_true, y_pred)`` as Keras calls it, per example (``reduction="none"``) or a mean.
+
+        ``outputs``/``y_pred`` are the logits; labels are float (binary, regression; ``[B, 1]`` for Keras)
+        or int64 class indices ``[B]`` (multiclass).
+        """
+        usage = "fn() returning the loss, e.g. lambda: " + (
+            "keras.losses.BinaryCrossentropy(from_logits=True, reduction='none')" if self._framework == "keras"
+            else "torch.nn.BCEWithLogitsLoss()")
+        self._loss_factory = _factory(fn, "setLossFactory", 0, usage)
         return self
 
     def setOptimizerFactory(self, fn: Callable) -> "_DistributedEstimator":
         """Torch: ``fn(parameters, lr)``; Keras: ``fn(lr)`` returning an optimizer (not persisted)."""
-        self._optimizer_factory = fn
+        if self._framework == "keras":
+            self._optimizer_factory = _factory(fn, "setOptimizerFactory", 1, "fn(lr) returning a Keras optimizer, "
+                                                                              "e.g. lambda lr: keras.optimizers."
+                                                                              "SGD(lr, momentum=0.9)")
+        else:
+            self._optimizer_factory = _factory(fn, "setOptimizerFactory", 2, "fn(parameters, lr) returning a torch "
+                                                                              "optimizer, e.g. lambda p, lr: torch."
+                                                                              "optim.SGD(p, lr, momentum=0.9)")
         return self
 
     # -- planning -------------------------------------------------------------------------------------------
@@ -497,6 +520,31 @@ def _session_for(dataset: Any):
 
     session = getattr(dataset, "sparkSession", None)
     return session if session is not None else SparkSession.active()
+
+
+def _factory(fn: Any, setter: str, arity: int, usage: str) -> Optional[Callable]:
+    """``fn`` when it can be called with ``arity`` positional arguments (None clears the factory); else a
+    :class:`ConfigError` naming the setter, what it got and ``usage`` (a name such as ``"adam"``, or an
+    optimizer or loss object where a function that makes one is wanted)."""
+    import inspect
+
+    if fn is None:
+        return None
+    what = f"{type(fn).__name__} {fn!r}" if isinstance(fn, (str, int, float)) else f"a {type(fn).__name__} object"
+    if not callable(fn):
+        raise ConfigError(setter, fn if isinstance(fn, str) else type(fn).__name__,
+                          f"got {what}, not a function; pass {usage}", kind="parameter")
+    try:
+        inspect.signature(fn).bind(*([None] * arity))
+    except TypeError:
+        raise ConfigError(setter, _qualname(fn) or type(fn).__name__,
+                          f"it cannot be called as the trainer calls it ({arity} argument(s)); pass {usage}"
+                          + (f" (got {what}: the object itself, where a function that makes one is wanted)"
+                             if not inspect.isfunction(fn) and not inspect.ismethod(fn) else ""),
+                          kind="parameter") from None
+    except ValueError:  # a builtin without a signature: called as it is
+        pass
+    return fn
 
 
 def _qualname(fn: Optional[Callable]) -> Optional[str]:

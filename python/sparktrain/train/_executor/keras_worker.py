@@ -89,7 +89,10 @@ class KerasAdapter(Adapter):
         with self._scope():
             if spec.model_factory:
                 import cloudpickle
+
+                from sparktrain.train._executor.keras_contract import check_model
                 self.model = cloudpickle.loads(spec.model_factory)(spec.inputs, spec.model)
+                check_model(self.model, spec.inputs)  # builds a model without keras.Input before its weights sync
             else:
                 self.model = build_default_model(spec.inputs, spec.model)
             if spec.optimizer_factory:
@@ -104,7 +107,10 @@ class KerasAdapter(Adapter):
         self.loss_obj = make_loss(self.task)
         if spec.loss_factory:
             import cloudpickle
+
+            from sparktrain.train._executor.keras_contract import check_loss
             self.loss_obj = cloudpickle.loads(spec.loss_factory)()
+            check_loss(lambda y, x: self.per_example_loss(y, tf.constant(x)), spec.inputs)
         self.n_cat = spec.inputs.cat_width
         y_dtype = tf.int64 if self.task == "multiclass" else tf.float32
         self.sig = (tf.TensorSpec([None, spec.inputs.numeric_width], tf.float32),
@@ -128,9 +134,13 @@ class KerasAdapter(Adapter):
         return self.tf.cast(out, self.tf.float32)
 
     def per_example_loss(self, y: Any, logits: Any) -> Any:
-        if self.task == "multiclass":
-            return self.loss_obj(y, logits)
-        return self.loss_obj(self.tf.reshape(y, [-1, 1]), logits)
+        """The loss of each row; a loss that gives one mean for the batch (Keras' default reduction,
+        ``sum_over_batch_size``) counts as that mean for each row, so the sum over the ranks is the same."""
+        tf = self.tf
+        per = self.loss_obj(y if self.task == "multiclass" else tf.reshape(y, [-1, 1]), logits)
+        if per.shape.rank == 0:
+            per = tf.fill(tf.shape(logits)[:1], per)
+        return per
 
     def loss_and_grads(self, x_num: Any, x_cat: Any, y: Any, weight: Any, global_batch: Any) -> Any:
         tf = self.tf

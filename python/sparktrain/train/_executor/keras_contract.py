@@ -1,0 +1,207 @@
+"""What a user's Keras model and loss factories must give, checked on a two-row batch before training.
+
+The training loop feeds a network the list :func:`~sparktrain.train._executor.keras_model.split_inputs`
+makes (the numeric block ``[B, numeric_width]``, one ``[B, 1]`` index per categorical, one ``[B, length]``
+block of ids per text or set feature), takes its output as **logits** (``[B, 1]``; ``[B, num_classes]``
+for multiclass), calls the loss as Keras does, ``loss(y_true, y_pred)``, and exports the network with
+``model.save`` for scoring, which loads it back in safe mode.  A factory that breaks one of these used to
+train to a wrong model without a word (a final sigmoid applied twice, a swapped loss, the categoricals
+silently dropped) or to fail only at scoring; :func:`check_factories` says which rule, with the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Any, Callable, List
+
+import numpy as np
+
+from sparktrain.errors import ConfigError
+from sparktrain.train._executor.spec import InputSpec
+
+MODEL = "setModelFactory"
+LOSS = "setLossFactory"
+
+
+def describe_inputs(inputs: InputSpec) -> str:
+    """The list a network is called with, in words."""
+    parts = [f"numeric [B, {inputs.numeric_width}] (float32: {', '.join(inputs.numeric) or 'no columns'}"
+             + (f"; blocks {', '.join(c for c, _ in inputs.vectors)}" if inputs.vectors else "") + ")"]
+    parts += [f"'{c}' [B, 1] (int64 index < {card})" for c, card in inputs.categorical]
+    parts += [f"'{c}' [B, {length}] (int64 ids < {rows})" for c, length, rows, _ in inputs.bags]
+    return f"a list of {len(parts)}: " + ", ".join(parts)
+
+
+def sample_batch(inputs: InputSpec) -> List[Any]:
+    """Two rows of the list a network is called with (zeros: index 0 is valid for every categorical)."""
+    from sparktrain.train._executor.keras_model import split_inputs
+
+    return split_inputs(np.zeros((2, inputs.numeric_width), np.float32), np.zeros((2, inputs.cat_width), np.int64),
+                        inputs)
+
+
+def check_model(model: Any, inputs: InputSpec) -> None:
+    """Raise :class:`ConfigError` naming ``setModelFactory`` unless ``model`` takes the input list, returns
+    logits of the task's width and ends without a sigmoid/softmax.  Builds an unbuilt model (a
+    ``keras.Sequential`` without ``keras.Input``) on the way, as its first call would."""
+    name = getattr(model, "name", type(model).__name__)
+    want = inputs.num_classes if inputs.task == "multiclass" else 1
+    if not callable(model) or not hasattr(model, "trainable_variables"):
+        raise ConfigError(MODEL, type(model).__name__, f"the model factory returned a {type(model).__name__}, not "
+                                                       f"a Keras model; return a keras.Model that takes "
+                                                       f"{describe_inputs(inputs)} and returns logits [B, {want}]")
+    import keras
+
+    batch = sample_batch(inputs)
+    if isinstance(model, keras.Sequential) and not model.built:  # no keras.Input: Keras builds it on a tensor
+        if len(batch) > 1:
+            raise ConfigError(MODEL, name, f"the network is a keras.Sequential, which takes one input, but training "
+                                           f"gives it {describe_inputs(inputs)}; Keras would silently use the first "
+                                           f"only and drop the rest. Use the functional API with one keras.Input "
+                                           f"per part, in that order")
+        model.build((None, inputs.numeric_width))
+    try:
+        out = model(batch, training=False)
+    except Exception as exc:  # noqa: BLE001 - the user's network: its own error, with what it is given
+        raise ConfigError(MODEL, name, f"the network could not be called on what training gives it, "
+                                       f"{describe_inputs(inputs)} ({type(exc).__name__}: "
+                                       f"{str(exc).strip().splitlines()[0][:300]}). Give it one keras.Input per "
+                                       f"part, in that order") from exc
+    declared = _declared_inputs(model)
+    parts = len(batch)
+    if declared is not None and declared != parts:
+        raise ConfigError(MODEL, name, f"the network declares {declared} input(s), but training gives it "
+                                       f"{describe_inputs(inputs)}; Keras would silently use the first only and "
+                                       f"drop the rest. Give it one keras.Input per part, in that order")
+    shape = tuple(int(d) if d is not None else -1 for d in getattr(out, "shape", ()))
+    if shape != (2, want):
+        raise ConfigError(MODEL, name, f"the network returns shape {list(shape)} for 2 rows, but a {inputs.task} "
+                                       f"model's output is logits [B, {want}]"
+                                       + (f" (one per class of {inputs.num_classes})" if want > 1 else ""))
+    last = _last_activation(model)
+    if inputs.task in ("binary", "multiclass") and last in ("sigmoid", "softmax"):
+        raise ConfigError(MODEL, name, f"the network ends in a {last} activation, but training and scoring take "
+                                       f"its output as logits (the loss uses from_logits=True, and scoring applies "
+                                       f"the {'sigmoid' if inputs.task == 'binary' else 'softmax'} itself), so the "
+                                       f"probabilities would be squashed twice. Remove the final activation "
+                                       f"(keras.layers.Dense({want}))")
+
+
+def check_export(model: Any) -> None:
+    """Raise :class:`ConfigError` naming ``setModelFactory`` unless the network survives what scoring does to
+    it: ``model.save`` and ``keras.models.load_model`` in safe mode (a custom layer must be registered, a
+    ``Lambda`` layer is refused)."""
+    import keras
+
+    from sparktrain.train._executor.keras_model import token_bag_layer
+
+    token_bag_layer()
+    with tempfile.TemporaryDirectory(prefix="sparktrain-keras-") as tmp:
+        path = os.path.join(tmp, "model.keras")
+        try:
+            model.save(path)
+            keras.models.load_model(path, compile=False)
+        except Exception as exc:  # noqa: BLE001 - Keras' own reason, with the rule
+            text = " ".join(str(exc).split())
+            missing = re.search(r"Could not locate (?:class|function) '([^']+)'", text)
+            reason = (f"custom class '{missing.group(1)}' is not registered with Keras" if missing else
+                      "a Lambda layer's Python code is refused in safe mode" if "`Lambda` layer" in text else
+                      f"{type(exc).__name__}: {text[:400]}")
+            raise ConfigError(MODEL, getattr(model, "name", type(model).__name__),
+                              f"the network cannot be saved and loaded back as scoring does "
+                              f"(keras.models.load_model, safe mode): {reason}. Decorate each "
+                              f"custom layer class with @keras.saving.register_keras_serializable() in a module "
+                              f"that the executors and the scorer import (and give it get_config), and use a "
+                              f"custom layer instead of keras.layers.Lambda") from exc
+
+
+def check_loss(per_example: Callable[[np.ndarray, np.ndarray], Any], inputs: InputSpec) -> None:
+    """Raise :class:`ConfigError` naming ``setLossFactory`` unless the loss is finite and lower for right
+    predictions than for wrong ones (a loss written as ``loss(outputs, labels)``, torch's order, gets Keras'
+    ``(y_true, y_pred)`` swapped and trains to garbage)."""
+    want = inputs.num_classes if inputs.task == "multiclass" else 1
+    if inputs.task == "multiclass":
+        y = np.array([0, 1], np.int64)
+        right = np.full((2, want), -4.0, np.float32)
+        right[0, 0] = right[1, 1] = 4.0
+        wrong = right[::-1].copy()
+    elif inputs.task == "binary":
+        y = np.array([1.0, 0.0], np.float32)
+        right, wrong = np.array([[4.0], [-4.0]], np.float32), np.array([[-4.0], [4.0]], np.float32)
+    else:
+        y = np.array([1.0, 0.0], np.float32)
+        right, wrong = np.array([[1.0], [0.0]], np.float32), np.array([[0.0], [1.0]], np.float32)
+    try:
+        good, bad = (float(np.sum(np.asarray(per_example(y, x), np.float64))) for x in (right, wrong))
+    except Exception as exc:  # noqa: BLE001 - the user's loss: its own error, with how it is called
+        raise ConfigError(LOSS, "the loss", f"calling the loss as training does, loss(y_true, y_pred) with y_true "
+                                            f"{list(y.shape)} and y_pred logits {list(right.shape)}, failed: "
+                                            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}. Make "
+                                            f"the factory return a function or keras.losses.Loss taking "
+                                            f"(y_true, y_pred)") from exc
+    negative = inputs.task != "regression" and good < -1e-6  # a classification loss is never below 0
+    if negative or not (np.isfinite(good) and np.isfinite(bad) and good < bad):
+        raise ConfigError(LOSS, "the loss", f"the loss is {good:.4g} for right predictions and {bad:.4g} for wrong "
+                                            f"ones on a {inputs.task} pair; it must be finite, lower for right "
+                                            f"ones{' and not negative' if inputs.task != 'regression' else ''}. "
+                                            f"Keras calls it as loss(y_true, y_pred), with y_pred the network's "
+                                            f"logits: check the argument order (torch's is (outputs, labels)) and "
+                                            f"use from_logits=True")
+
+
+def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_factory: Any) -> None:
+    """Build what the factories give on this process and check each rule (:func:`check_model`,
+    :func:`check_export`, :func:`check_loss`); ``model_factory`` and ``loss_factory`` are callables or None."""
+    import keras
+
+    try:
+        if model_factory:
+            model = model_factory(inputs, model_spec)
+            check_model(model, inputs)
+            check_export(model)
+        if loss_factory:
+            loss = loss_factory()
+            if not callable(loss):
+                raise ConfigError(LOSS, type(loss).__name__, f"the loss factory returned a {type(loss).__name__}, "
+                                                             f"not a loss; return a function or keras.losses.Loss "
+                                                             f"taking (y_true, y_pred)")
+            _check_from_logits(loss, inputs.task)
+            check_loss(lambda y, x: per_example_loss(loss, inputs.task, y, x), inputs)
+    finally:
+        keras.backend.clear_session()
+
+
+def per_example_loss(loss: Any, task: str, y: Any, logits: Any) -> Any:
+    """``loss(y_true, y_pred)`` as the training loop calls it: labels ``[B]`` (``[B, 1]`` unless multiclass)."""
+    if task == "multiclass":
+        return loss(y, logits)
+    return loss(np.reshape(y, (-1, 1)) if isinstance(y, np.ndarray) else y, logits)
+
+
+def _check_from_logits(loss: Any, task: str) -> None:
+    """A Keras classification loss built with ``from_logits=False`` reads the logits as probabilities (clipped
+    to [1e-7, 1 - 1e-7]: no gradient past them): refused, naming the fix."""
+    try:
+        config = loss.get_config() if hasattr(loss, "get_config") else {}
+    except Exception:  # noqa: BLE001 - a loss without a config: nothing to read
+        return
+    if task in ("binary", "multiclass") and isinstance(config, dict) and config.get("from_logits") is False:
+        raise ConfigError(LOSS, type(loss).__name__, "the loss is built with from_logits=False, but the network "
+                                                     "returns logits (scoring applies the sigmoid/softmax itself); "
+                                                     "build it with from_logits=True")
+
+
+def _declared_inputs(model: Any) -> Any:
+    try:
+        declared = model.inputs
+    except (AttributeError, ValueError):
+        return None
+    return len(declared) if isinstance(declared, (list, tuple)) else 1 if declared is not None else None
+
+
+def _last_activation(model: Any) -> str:
+    layers = getattr(model, "layers", None) or []
+    activation = getattr(layers[-1], "activation", None) if layers else None
+    return str(getattr(activation, "__name__", "") or "")
