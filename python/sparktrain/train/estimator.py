@@ -281,6 +281,8 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         with RunStore(self._store_uri(), run_id).claim():  # one job per run (sparktrain.data.lease)
             if not isinstance(dataset, str):
                 return self._fit_claimed(dataset, run_id)
+            if "://" not in dataset:  # the ranks' working directory is the executor's, not this process's
+                dataset = os.path.abspath(dataset)
             from sparktrain.data.commit import reading
 
             with reading(dataset) as generation:  # a dataset committed again meanwhile: this fit keeps its own
