@@ -98,9 +98,10 @@ dist: java-check $(STAMP) $(JAR_212) $(JAR_213)
 	cp -r python/sparktrain build/dist-src/sparktrain
 	find build/dist-src -name __pycache__ -prune -exec rm -rf {} + ; rm -rf build/dist-src/sparktrain/jars
 	mkdir -p build/dist-src/sparktrain/jars && cp $(JAR_212) $(JAR_213) build/dist-src/sparktrain/jars/
+	cp conf/spark-defaults.conf build/dist-src/sparktrain/spark-defaults.conf  # the wheel's Spark defaults
 	cd build/dist-src && $(abspath $(PY)) -c 'from setuptools import build_meta as b; \
 	  b.build_sdist("../../dist"); b.build_wheel("../../dist")' > ../dist.log 2>&1 || { cat ../dist.log; exit 1; }
-	@ls -l dist/*; $(PY) -m zipfile -l dist/sparktrain-$(VERSION)-py3-none-any.whl | grep 'sparktrain/jars/'
+	@ls -l dist/*; $(PY) -m zipfile -l dist/sparktrain-$(VERSION)-py3-none-any.whl | grep -E 'sparktrain/(jars/|spark-defaults)'
 
 demo: setup
 	$(VENV)/bin/sparktrain run conf/flights.yaml

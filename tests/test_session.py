@@ -78,6 +78,20 @@ def test_read_spark_defaults_location(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKTRAIN_SPARK_DEFAULTS", str(other))
     assert read_spark_defaults() == {"spark.sql.session.timeZone": "America/New_York"}
 
+    # an installed wheel carries its own copy (make dist), read from wherever the job runs (probe Q: none was read)
+    import sparktrain.session as session
+
+    monkeypatch.delenv("SPARKTRAIN_SPARK_DEFAULTS")
+    packaged = tmp_path / "site-packages" / "sparktrain" / "spark-defaults.conf"
+    packaged.parent.mkdir(parents=True)
+    packaged.write_text("spark.sql.session.timeZone UTC\nspark.task.maxFailures 2\n")
+    monkeypatch.setattr(session, "_PACKAGE_DEFAULTS", packaged)
+    monkeypatch.chdir(tmp_path)
+    assert session.spark_defaults_path() == packaged
+    assert read_spark_defaults() == {"spark.sql.session.timeZone": "UTC", "spark.task.maxFailures": "2"}
+    assert "cp conf/spark-defaults.conf build/dist-src/sparktrain/spark-defaults.conf" in \
+        (REPO / "Makefile").read_text()  # what puts it in the wheel (make test-compat checks the built one)
+
 
 _PREPARE = (
     "import json, os, sys\n"

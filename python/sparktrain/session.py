@@ -46,9 +46,22 @@ def prepare_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, current) if p)
 
 
+#: the defaults an installed wheel carries (``make dist`` copies the checkout's ``conf/spark-defaults.conf``)
+_PACKAGE_DEFAULTS = Path(__file__).resolve().parent / "spark-defaults.conf"
+
+
+def spark_defaults_path() -> Path:
+    """The ``spark-defaults.conf`` sparktrain reads: ``$SPARKTRAIN_SPARK_DEFAULTS`` when set, else the one the
+    installed package carries, else the checkout's ``conf/spark-defaults.conf``."""
+    if os.environ.get("SPARKTRAIN_SPARK_DEFAULTS"):
+        return Path(os.environ["SPARKTRAIN_SPARK_DEFAULTS"])
+    return _PACKAGE_DEFAULTS if _PACKAGE_DEFAULTS.is_file() else _REPO_ROOT / "conf" / "spark-defaults.conf"
+
+
 def read_spark_defaults(path: Optional[Path] = None) -> Dict[str, str]:
-    """Parse a ``spark-defaults.conf`` file (``key value`` per line, ``#`` comments)."""
-    path = path or Path(os.environ.get("SPARKTRAIN_SPARK_DEFAULTS", _REPO_ROOT / "conf" / "spark-defaults.conf"))
+    """Parse a ``spark-defaults.conf`` file (``key value`` per line, ``#`` comments); by default
+    :func:`spark_defaults_path`'s."""
+    path = path or spark_defaults_path()
     out: Dict[str, str] = {}
     if not path.is_file():
         return out

@@ -122,6 +122,11 @@ def main(argv=None) -> int:
         result["wheel_jar"] = jar
         check(jar is not None and Path(jar).parent == pkg / "jars", f"no listener jar from the wheel: {why}")
         check(Path(jar).name == f"sparktrain-listener_{result['scala']}.jar", f"wrong jar {jar} for {result['scala']}")
+        from sparktrain.session import read_spark_defaults, spark_defaults_path
+
+        check(spark_defaults_path() == pkg / "spark-defaults.conf" and  # probe Q: a wheel read none
+              read_spark_defaults().get("spark.sql.session.timeZone") == "UTC",
+              f"the wheel's spark-defaults.conf was not read ({spark_defaults_path()})")
 
         write_raw(base / "raw")
         (base / "job.yaml").write_text(job_yaml(base))
