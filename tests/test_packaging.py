@@ -134,6 +134,23 @@ def test_lineage_off_is_one_log_line_with_the_reason(jars, caplog):
     assert "lineage of sources is off" in lines[0].getMessage() and "Scala 2.12" in lines[0].getMessage()
 
 
+def test_a_session_the_user_built_without_the_jar_says_once_that_lineage_is_off(monkeypatch, caplog):
+    """Probe Q: a notebook's own SparkSession without spark.jars recorded no sources and said nothing (only a
+    session sparktrain starts ran enable_lineage): the recorder says it, once, with how to add the jar."""
+    import sparktrain.jvm as jvm
+
+    monkeypatch.setattr(jvm, "_off_reason", None)  # no jar lookup in this process: the user built the session
+    jvm._logged.clear()
+    with caplog.at_level(logging.INFO, logger="sparktrain.jvm"):
+        for _ in range(2):
+            with jvm.LineageRecorder(_NoJvm()) as rec:
+                assert not rec.active
+    lines = [r.getMessage() for r in caplog.records if r.name == "sparktrain.jvm"]
+    assert len(lines) == 1, lines
+    assert "data lineage of sources is off" in lines[0]
+    assert "a session you build: .config('spark.jars', <the path `python -m sparktrain.jvm` prints>)" in lines[0]
+
+
 def test_python_m_sparktrain_jvm_prints_the_jar_or_the_reason(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "python"), "SPARKTRAIN_JAR": str(_jar(tmp_path / "x_2.13.jar"))}
     out = subprocess.run([sys.executable, "-m", "sparktrain.jvm", "--scala", "2.13"], capture_output=True,
@@ -255,7 +272,7 @@ def test_metadata_has_ranges_and_the_lock_has_the_pins():
         assert req.specifier.contains(lock[name.lower()], prereleases=True), f"lock's {name}=={lock[name.lower()]}"
     assert set(project["optional-dependencies"]) >= {"torch", "tensorflow", "test"}
     assert project["optional-dependencies"]["torch"] == ["torch==2.13.0"]  # never an unpinned torch
-    assert _pyproject()["tool"]["setuptools"]["package-data"]["sparktrain"] == ["jars/*.jar"]
+    assert _pyproject()["tool"]["setuptools"]["package-data"]["sparktrain"] == ["jars/*.jar", "spark-defaults.conf"]
 
 
 def test_the_compat_pins_of_spark_35_lie_in_the_ranges():

@@ -201,13 +201,7 @@ def enable_lineage(spark: Any) -> bool:
         return False
     cls = _listener_class(spark)
     if cls is None:
-        if _off_reason is not None:  # the jar lookup of this session said why: that is the one line
-            _log_once(logging.WARNING if "never loaded" in _off_reason else logging.INFO,
-                      f"data lineage of sources is off: {_off_reason}")
-        else:
-            _log_once(logging.INFO, f"data lineage of sources is off: {LISTENER_CLASS} is not on the driver's "
-                                    f"class path (on spark-submit pass --jars \"$(python -m sparktrain.jvm)\", the "
-                                    f"installed package's jar for this Spark; in a checkout build it with `make jar`)")
+        _say_why_off()
         return False
     try:
         if cls.register(spark._jsparkSession):
@@ -216,6 +210,18 @@ def enable_lineage(spark: Any) -> bool:
         log.warning("data lineage of sources is off: registering %s failed: %s", LISTENER_CLASS, exc)
         return False
     return True
+
+
+def _say_why_off() -> None:
+    """The one log line that says why the listener is not on this driver, with how to add it."""
+    if _off_reason is not None:  # the jar lookup of this session said why: that is the one line
+        _log_once(logging.WARNING if "never loaded" in _off_reason else logging.INFO,
+                  f"data lineage of sources is off: {_off_reason}")
+    else:
+        _log_once(logging.INFO, f"data lineage of sources is off: {LISTENER_CLASS} is not on the driver's class "
+                                f"path (a session you build: .config('spark.jars', <the path `python -m "
+                                f"sparktrain.jvm` prints>); on spark-submit pass --jars \"$(python -m "
+                                f"sparktrain.jvm)\"; in a checkout build it with `make jar`)")
 
 
 def _log_once(level: int, message: str) -> None:
@@ -244,6 +250,8 @@ class LineageRecorder:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self._cls = None if is_connect(spark) else _listener_class(spark)
+        if self._cls is None and not is_connect(spark):  # a session sparktrain did not start: say it once here
+            _say_why_off()
         self._session: Optional[str] = None
         self._start: Optional[int] = None
         self._end: Optional[int] = None
