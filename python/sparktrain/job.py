@@ -250,7 +250,7 @@ class TrackingSummary:
             lines.append(f"UI:       {base}/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         else:
             server = f"sparktrain mlflow-server --backend-store-uri {store}" if store else \
-                "make mlflow-server   (or: sparktrain mlflow-server)"
+                "sparktrain mlflow-server"
             lines.append(f"UI:       {server}, then open "
                          f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}")
         return "\n".join(lines)

@@ -137,7 +137,7 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
     if master is not None and remote:
         builder = builder.remote(master)
     elif submitted:
-        if master:
+        if master and master != DEFAULT_MASTER:  # the config's default is no choice of the user's to report
             log.info("launched by spark-submit: using its master; ignoring master=%s", mask_value(master))
     else:
         builder = builder.master(master or default_master)

@@ -24,7 +24,7 @@ from sparktrain.errors import TrackingError
 
 log = logging.getLogger(__name__)
 
-_FIX = ("start a server with `make mlflow-server` (or `sparktrain mlflow-server`), point tracking.uri at "
+_FIX = ("start a server with `sparktrain mlflow-server` (in a checkout: `make mlflow-server`), point tracking.uri at "
         "a reachable one, use the local default sqlite:///work/mlflow.db, or set tracking.enabled: false")
 
 
