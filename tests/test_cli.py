@@ -469,3 +469,23 @@ def test_a_dataset_preprocessed_from_another_config_is_described_key_by_key():
                                 {"name": "color", "type": "categorical"}],
                 dataset={"split": {"seed": 42, "fractions": {"train": 0.8, "validation": 0.1, "test": 0.1}}})
     assert config_differences(cfg, same) == []
+
+
+def test_a_missing_local_source_fails_before_mlflow_and_spark(tmp_path, monkeypatch, capsys):
+    """Probe Q: `profile` of a config whose data.source is not there printed ~90 lines of Java stack and left an
+    MLflow store and a failed run in the working directory; a local path is checked first."""
+    conf = tmp_path / "houses.yaml"
+    conf.write_text("name: houses\ndata: {source: data/houses.csv, format: csv, label: price}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", str(conf)]) == 1
+    err = capsys.readouterr().err
+    assert f"data.source 'data/houses.csv' does not exist (relative to the working directory {tmp_path})" in err
+    assert not (tmp_path / "work").exists() and "Traceback" not in err  # no MLflow store, no run, no JVM
+    # a glob, a URI and an embedded name are Spark's to read
+    from sparktrain.features.load import check_local_source
+    from sparktrain.features.sections import DataConfig
+
+    for source in ("data/*.csv", "s3a://bucket/houses.csv", "hdfs:///x", "flights"):
+        check_local_source(DataConfig(source=source, label="y"), {"flights": lambda spark, scale: None})
+    with pytest.raises(Exception, match="does not exist"):
+        check_local_source(DataConfig(source=f"file://{tmp_path}/nope.parquet", label="y"))

@@ -86,6 +86,27 @@ def catalog_tables(spark: Any) -> List[str]:
     return sorted(names)
 
 
+def check_local_source(data: DataConfig, embedded: Optional[Embedded] = None) -> None:
+    """Raise :class:`DatasetNotFoundError` when ``data.source`` is a local path (no scheme, no glob) that does
+    not exist: before the MLflow runs and the JVM start (Spark's own error comes after both, with a Java stack
+    in its log).  A URI, a glob or an embedded dataset name is left to Spark."""
+    import os
+    import re
+
+    source = data.source
+    if source is None or (embedded and source in embedded) or re.search(r"[*?\[{]", source):
+        return
+    if "://" in source or re.match(r"^[A-Za-z][\w+.-]*:", source):
+        if not source.startswith("file:"):
+            return
+        source = re.sub(r"^file:(//)?", "", source)
+    if not os.path.exists(source):
+        where = "" if os.path.isabs(source) else f" (relative to the working directory {os.getcwd()})"
+        raise DatasetNotFoundError(
+            f"data.source '{data.source}' does not exist{where}. Fix the path (any URI Spark reads: a folder or "
+            f"file, hdfs://, s3a://...), or use data.table / data.query for data in the catalog.")
+
+
 def _read_files(spark: Any, path: str, data: DataConfig) -> Any:
     from sparktrain.features.reader_options import reader_options
 
