@@ -237,3 +237,23 @@ def test_read_as_reads_whole_fractions_as_integers_and_a_double_above_2_53_as_mi
     rows = df.select(read_as("d", "double", "bigint").alias("d"),
                      read_as("m", "decimal(38,0)", "bigint").alias("m")).collect()
     assert [(r.d, r.m) for r in rows] == [(1, big), (None, 7), (None, None)]
+
+
+def test_the_input_example_reads_a_spark_ml_vector_column(spark, caplog):
+    """Probe P: a raw VectorAssembler column made the input example's cast fail: Spark logged a multi-kilobyte
+    ERROR (CAST_WITHOUT_SUGGESTION) during a successful run and the model was logged without an example."""
+    import logging
+
+    from pyspark.ml.linalg import Vectors, VectorUDT
+    from pyspark.sql import types as T
+
+    from sparktrain._internal.spark_compat import try_cast
+    from sparktrain.track.stages import _as_signature_type
+
+    schema = T.StructType([T.StructField("vec", VectorUDT()), T.StructField("n", T.StringType())])
+    df = spark.createDataFrame([(Vectors.dense([1.0, 2.5]), "3"), (Vectors.sparse(2, [1], [4.0]), "x")], schema)
+    with caplog.at_level(logging.WARNING):
+        rows = df.select(_as_signature_type(df, "vec", "array<double>", try_cast),
+                         _as_signature_type(df, "n", "bigint", try_cast)).collect()
+    assert [(list(r.vec), r.n) for r in rows] == [([1.0, 2.5], 3), ([0.0, 4.0], None)]
+    assert "CAST" not in caplog.text

@@ -78,12 +78,27 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
     try:
         cols = raw_columns(json.loads(_fs.read_bytes(_fs.join(resolve(dataset_root), "features.json"))))
         df = load_input(spark, replace(cfg.data, scale=1), embedded)
-        return df.select([try_cast(c, spark_type(t)).alias(c) for c, t in cols]).limit(rows).toPandas()
+        return df.select([_as_signature_type(df, c, spark_type(t), try_cast) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         log.warning("the model is logged without an input example: its raw rows could not be read as its "
                     "signature's types (%s: %s)", type(exc).__name__, first)
         return None
+
+
+def _as_signature_type(df: Any, column: str, trained: str, try_cast: Any) -> Any:
+    """``column`` as the signature's type: a Spark ML vector through ``vector_to_array`` (no cast takes a
+    vector, and Spark logs the refused one as an ERROR with its stack), anything else ``try_cast``."""
+    from pyspark.ml.linalg import VectorUDT
+
+    if column in df.columns and isinstance(df.schema[column].dataType, VectorUDT):
+        from pyspark.ml.functions import vector_to_array
+        from pyspark.sql import functions as F
+
+        from sparktrain.features._sql import quote
+
+        return vector_to_array(F.col(quote(column)), "float64").cast(trained).alias(column)
+    return try_cast(column, trained).alias(column)
 
 
 def log_training(tracker: JobTracker, run: StageRun, spark: Any, cfg: Any, result: Any, dataset_root: str,
