@@ -86,22 +86,23 @@ def check_picklable(spec: WorkerSpec) -> None:
                              "capture a SparkSession, DataFrame, lock or open file.") from exc
 
 
-def check_keras_factories(spec: WorkerSpec) -> None:
-    """A Keras model or loss factory is built here and checked on two rows before any Spark work
-    (:mod:`~sparktrain.train._executor.keras_contract`): the input list, logits, no final sigmoid/softmax,
-    an export that loads back, a loss lower for right predictions.  Skipped where this process has no
-    TensorFlow (a Spark Connect client): the executors then meet the same rules as errors."""
-    if spec.framework != "keras" or not (spec.model_factory or spec.loss_factory):
+def check_factories(spec: WorkerSpec) -> None:
+    """A custom model or loss factory is built here and checked on two rows before any Spark work
+    (:mod:`~sparktrain.train._executor.contract`): what the network takes, logits of the task's width, no final
+    sigmoid/softmax, a Keras export that loads back, a loss finite and lower for right predictions.  Skipped
+    where this process lacks the framework (a Spark Connect client): the ranks then meet the same rules."""
+    if not (spec.model_factory or spec.loss_factory):
         return
-    if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("keras") is None:
-        log.info("no TensorFlow in this process: the Keras factories are checked on the executors")
+    needed = ("tensorflow", "keras") if spec.framework == "keras" else ("torch",)
+    if any(importlib.util.find_spec(m) is None for m in needed):
+        log.info("no %s in this process: the model and loss factories are checked on the executors", needed[0])
         return
     import cloudpickle
 
-    from sparktrain.train._executor.keras_contract import check_factories
+    from sparktrain.train._executor.contract import check_factories as check
 
-    check_factories(spec.inputs, spec.model, spec.model_factory and cloudpickle.loads(spec.model_factory),
-                    spec.loss_factory and cloudpickle.loads(spec.loss_factory))
+    check(spec.inputs, spec.model, spec.model_factory and cloudpickle.loads(spec.model_factory),
+          spec.loss_factory and cloudpickle.loads(spec.loss_factory), spec.framework)
 
 
 def run_all(spark, spec: WorkerSpec) -> None:
@@ -112,4 +113,4 @@ def run_all(spark, spec: WorkerSpec) -> None:
     check_gpu_slots(spark, spec.num_workers, spec.scaling.gpus_per_worker)
     check_dataset(spec.train_path, spec.val_path)
     check_picklable(spec)
-    check_keras_factories(spec)
+    check_factories(spec)

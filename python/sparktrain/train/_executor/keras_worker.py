@@ -90,7 +90,7 @@ class KerasAdapter(Adapter):
             if spec.model_factory:
                 import cloudpickle
 
-                from sparktrain.train._executor.keras_contract import check_model
+                from sparktrain.train._executor.contract import check_model
                 self.model = cloudpickle.loads(spec.model_factory)(spec.inputs, spec.model)
                 check_model(self.model, spec.inputs)  # builds a model without keras.Input before its weights sync
             else:
@@ -108,7 +108,7 @@ class KerasAdapter(Adapter):
         if spec.loss_factory:
             import cloudpickle
 
-            from sparktrain.train._executor.keras_contract import check_loss
+            from sparktrain.train._executor.contract import check_loss
             self.loss_obj = cloudpickle.loads(spec.loss_factory)()
             check_loss(lambda y, x: self.per_example_loss(y, tf.constant(x)), spec.inputs)
         self.n_cat = spec.inputs.cat_width

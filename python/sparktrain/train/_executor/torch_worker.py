@@ -64,10 +64,17 @@ def build_default_model(inputs: InputSpec, model: ModelSpec):
     return TabularNet()
 
 
-def make_model(inputs: InputSpec, model: ModelSpec, factory: Optional[bytes]):
+def make_model(inputs: InputSpec, model: ModelSpec, factory: Optional[bytes], check: bool = False):
+    """The network: the user's factory's (``check``: its contract checked on two rows first, as training
+    needs it; :mod:`~sparktrain.train._executor.contract`), or the default one."""
     if factory:
         import cloudpickle
-        return cloudpickle.loads(factory)(inputs, model)
+
+        net = cloudpickle.loads(factory)(inputs, model)
+        if check:
+            from sparktrain.train._executor.contract import check_torch_model
+            check_torch_model(net, inputs)
+        return net
     return build_default_model(inputs, model)
 
 
@@ -76,7 +83,9 @@ def make_loss(task: str, factory: Optional[bytes]) -> Callable:
 
     if factory:
         import cloudpickle
-        return cloudpickle.loads(factory)()
+
+        from sparktrain.train._executor.contract import torch_loss
+        return torch_loss(cloudpickle.loads(factory)())
     if task == "binary":
         return lambda logits, y: F.binary_cross_entropy_with_logits(logits.reshape(-1), y)
     if task == "multiclass":
@@ -135,7 +144,7 @@ class TorchAdapter(Adapter):
         import torch
 
         spec = self.spec
-        self.model = make_model(spec.inputs, spec.model, spec.model_factory).to(self.device)
+        self.model = make_model(spec.inputs, spec.model, spec.model_factory, check=True).to(self.device)
         self.optimizer = self._optimizer(loop.learning_rate)
         self.loss_fn = make_loss(self.task, spec.loss_factory)
         if self.amp_dtype is torch.float16 and self.device.type == "cuda":

@@ -27,7 +27,7 @@ def _functional(inputs: InputSpec, activation=None, units: int = 1):
 
 
 def _check(model_factory=None, loss_factory=None, inputs: InputSpec = BINARY) -> None:
-    from sparktrain.train._executor.keras_contract import check_factories
+    from sparktrain.train._executor.contract import check_factories
 
     check_factories(inputs, ModelSpec(), model_factory, loss_factory)
 
@@ -171,3 +171,106 @@ def test_custom_keras_factories_end_to_end_a_mean_loss_trains_like_a_per_row_one
     with pytest.raises(ConfigError, match="declares 1 input"):  # the categorical 'city' would have been dropped
         bad.fit(df)
     assert not any((tmp_path / "bad").glob("*/checkpoints/*.ckpt"))
+
+
+@pytest.mark.torch
+def test_torch_factories_are_checked_alike():
+    """The same rules for torch: logits of the task's width, no final Sigmoid/Softmax, a loss in torch's
+    (outputs, labels) order; a loss per row counts as its mean (a torch loss had to be a mean, a Keras one
+    per row)."""
+    import torch
+    from torch import nn
+
+    from sparktrain.train._executor.contract import check_factories, torch_loss
+
+    class Net(nn.Module):
+        def __init__(self, inputs, final=None, out=1):
+            super().__init__()
+            self.emb = nn.Embedding(5, 2)
+            self.head = nn.Sequential(nn.Linear(inputs.numeric_width + 2, 4), nn.ReLU(), nn.Linear(4, out),
+                                      *([final] if final is not None else []))
+
+        def forward(self, x_num, x_cat):
+            return self.head(torch.cat([x_num, self.emb(x_cat[:, 0])], dim=1))
+
+    def check(model=None, loss=None, inputs=BINARY):
+        check_factories(inputs, ModelSpec(), model, loss, "torch")
+
+    bce = nn.functional.binary_cross_entropy_with_logits
+    check(lambda i, m: Net(i), lambda: lambda outputs, labels: bce(outputs.reshape(-1), labels))
+    with pytest.raises(ConfigError, match=r"labels \[2\] \(float32\) and logits \[2, 1\], failed: ValueError: Target "
+                                          r"size .* reshape the \[B, 1\] logits to the labels' \[B\]"):
+        check(loss=lambda: nn.BCEWithLogitsLoss())  # as it fails at training's first step
+    with pytest.raises(ConfigError, match=r"the network ends in Sigmoid, but training and scoring take its output "
+                                          r"as logits.*Remove the final Sigmoid"):
+        check(lambda i, m: Net(i, nn.Sigmoid()))
+    with pytest.raises(ConfigError, match=r"returns shape \[2, 3\] for 2 rows, but a binary model's output is "
+                                          r"logits \[B, 1\]"):
+        check(lambda i, m: Net(i, out=3))
+    with pytest.raises(ConfigError, match=r"could not be called as training calls it, net\(x_num \[B, 2\] float32, "
+                                          r"x_cat \[B, 1\] int64"):
+        check(lambda i, m: nn.Linear(7, 1))
+
+    def keras_order():
+        bce = nn.BCEWithLogitsLoss()
+        return lambda y, outputs: bce(outputs.reshape(-1), y.reshape(-1).float())
+
+    with pytest.raises(ConfigError, match=r"lower for right ones and not negative.*Training calls it as "
+                                          r"loss\(outputs, labels\)|calling the loss as training does"):
+        check(loss=keras_order)
+    with pytest.raises(ConfigError, match=r"broadcasts \[B, 1\] against \[B\] to \[B, B\]"):
+        check(loss=lambda: nn.MSELoss(), inputs=InputSpec(("a",), (), "y", "regression"))  # a silent wrong loss
+    per_row = torch_loss(nn.BCEWithLogitsLoss(reduction="none"))
+    logits, y = torch.tensor([[2.0], [-1.0]]), torch.tensor([[1.0], [0.0]])
+    assert float(per_row(logits, y)) == pytest.approx(float(nn.BCEWithLogitsLoss()(logits, y)))
+    with pytest.raises(ConfigError, match="setModelFactory.*2 argument"):
+        __import__("sparktrain.train.estimator", fromlist=["TorchEstimator"]).TorchEstimator().setModelFactory(
+            lambda inputs: None)
+
+
+class _TorchNet:  # built on the executors from this module: a factory by reference
+    @staticmethod
+    def make(inputs, model):
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.ModuleList(nn.Embedding(card, 3) for _, card in inputs.categorical)
+                self.head = nn.Sequential(nn.Linear(inputs.numeric_width + 3 * len(self.emb), 8), nn.ReLU(),
+                                          nn.Linear(8, 1))
+
+            def forward(self, x_num, x_cat):
+                parts = [x_num, *(e(x_cat[:, i]) for i, e in enumerate(self.emb))]
+                return self.head(torch.cat(parts, dim=1))
+
+        return Net()
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_custom_torch_factories_end_to_end_a_per_row_loss_trains_like_a_mean(spark, tmp_path):
+    """A torch loss with reduction='none' failed at the first step (float() of a [B] tensor); it now counts as
+    its mean, so it trains exactly as reduction='mean'."""
+    import torch
+    from pyspark.sql import functions as F
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    df = spark.range(1600).select((F.rand(1) * 2 - 1).alias("x"), (F.rand(2) * 4).cast("int").alias("city"))
+    df = df.withColumn("label", F.when(F.col("x") + F.col("city") * 0.3 > 0.4, "yes").otherwise("no"))
+
+    def fit(reduction: str):
+        est = TorchEstimator(numWorkers=2, epochs=2, batchSize=32, learningRate=0.05, labelCol="label", seed=3,
+                             store=str(tmp_path / reduction))
+        bce = torch.nn.BCEWithLogitsLoss(reduction=reduction)
+        est.setModelFactory(_TorchNet.make).setLossFactory(lambda: lambda out, y: bce(out.reshape(-1), y))
+        est.setOptimizerFactory(lambda params, lr: torch.optim.SGD(params, lr, momentum=0.9))
+        est.show_progress = False
+        return est.fit(df)
+
+    mean, per_row = fit("mean"), fit("none")
+    assert [round(h["train_loss"], 4) for h in mean.history] == [round(h["train_loss"], 4) for h in per_row.history]
+    assert mean.history[-1]["val_auc"] > 0.9
+    assert mean.transform(df.limit(50)).where("prediction = 'yes'").count() > 0

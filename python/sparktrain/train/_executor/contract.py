@@ -1,12 +1,13 @@
-"""What a user's Keras model and loss factories must give, checked on a two-row batch before training.
+"""What a user's model and loss factories must give, checked on a two-row batch before training.
 
-The training loop feeds a network the list :func:`~sparktrain.train._executor.keras_model.split_inputs`
+Keras: the training loop feeds a network the list :func:`~sparktrain.train._executor.keras_model.split_inputs`
 makes (the numeric block ``[B, numeric_width]``, one ``[B, 1]`` index per categorical, one ``[B, length]``
-block of ids per text or set feature), takes its output as **logits** (``[B, 1]``; ``[B, num_classes]``
-for multiclass), calls the loss as Keras does, ``loss(y_true, y_pred)``, and exports the network with
-``model.save`` for scoring, which loads it back in safe mode.  A factory that breaks one of these used to
-train to a wrong model without a word (a final sigmoid applied twice, a swapped loss, the categoricals
-silently dropped) or to fail only at scoring; :func:`check_factories` says which rule, with the fix.
+block of ids per text or set feature), calls the loss as Keras does, ``loss(y_true, y_pred)``, and exports
+the network with ``model.save`` for scoring, which loads it back in safe mode.  Torch: ``net(x_num, x_cat)``
+and ``loss(outputs, labels)``.  Both take the output as **logits** (``[B, 1]``; ``[B, num_classes]`` for
+multiclass).  A factory that breaks one of these used to train to a wrong model without a word (a final
+sigmoid applied twice, a swapped loss, the categoricals silently dropped) or to fail only at scoring;
+:func:`check_factories` says which rule, with the fix.
 """
 
 from __future__ import annotations
@@ -117,10 +118,12 @@ def check_export(model: Any) -> None:
                               f"custom layer instead of keras.layers.Lambda") from exc
 
 
-def check_loss(per_example: Callable[[np.ndarray, np.ndarray], Any], inputs: InputSpec) -> None:
-    """Raise :class:`ConfigError` naming ``setLossFactory`` unless the loss is finite and lower for right
-    predictions than for wrong ones (a loss written as ``loss(outputs, labels)``, torch's order, gets Keras'
-    ``(y_true, y_pred)`` swapped and trains to garbage)."""
+def check_loss(per_example: Callable[[np.ndarray, np.ndarray], Any], inputs: InputSpec,
+               framework: str = "keras") -> None:
+    """Raise :class:`ConfigError` naming ``setLossFactory`` unless the loss is finite, lower for right
+    predictions than for wrong ones and, for classification, not negative (a loss written in the other
+    framework's argument order gets its labels and logits swapped and trains to garbage).  ``per_example(y,
+    logits)`` calls the loss as training does."""
     want = inputs.num_classes if inputs.task == "multiclass" else 1
     if inputs.task == "multiclass":
         y = np.array([0, 1], np.int64)
@@ -133,27 +136,87 @@ def check_loss(per_example: Callable[[np.ndarray, np.ndarray], Any], inputs: Inp
     else:
         y = np.array([1.0, 0.0], np.float32)
         right, wrong = np.array([[1.0], [0.0]], np.float32), np.array([[0.0], [1.0]], np.float32)
+    call = "loss(y_true, y_pred)" if framework == "keras" else "loss(outputs, labels)"
     try:
         good, bad = (float(np.sum(np.asarray(per_example(y, x), np.float64))) for x in (right, wrong))
     except Exception as exc:  # noqa: BLE001 - the user's loss: its own error, with how it is called
-        raise ConfigError(LOSS, "the loss", f"calling the loss as training does, loss(y_true, y_pred) with y_true "
-                                            f"{list(y.shape)} and y_pred logits {list(right.shape)}, failed: "
+        raise ConfigError(LOSS, "the loss", f"calling the loss as training does, {call} with labels "
+                                            f"{list(y.shape)} ({y.dtype}) and logits {list(right.shape)}, failed: "
                                             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}. Make "
-                                            f"the factory return a function or keras.losses.Loss taking "
-                                            f"(y_true, y_pred)") from exc
+                                            f"the factory return a loss taking {call[4:]}"
+                                            + (" (torch: reshape the [B, 1] logits to the labels' [B], e.g. "
+                                               "outputs.reshape(-1))" if framework == "torch" and want == 1 else "")
+                          ) from exc
     negative = inputs.task != "regression" and good < -1e-6  # a classification loss is never below 0
     if negative or not (np.isfinite(good) and np.isfinite(bad) and good < bad):
+        other = "torch's is (outputs, labels)" if framework == "keras" else "Keras' is (y_true, y_pred)"
+        broadcast = "; torch broadcasts [B, 1] against [B] to [B, B]" if framework == "torch" and want == 1 else ""
         raise ConfigError(LOSS, "the loss", f"the loss is {good:.4g} for right predictions and {bad:.4g} for wrong "
                                             f"ones on a {inputs.task} pair; it must be finite, lower for right "
                                             f"ones{' and not negative' if inputs.task != 'regression' else ''}. "
-                                            f"Keras calls it as loss(y_true, y_pred), with y_pred the network's "
-                                            f"logits: check the argument order (torch's is (outputs, labels)) and "
-                                            f"use from_logits=True")
+                                            f"Training calls it as {call}, with the network's logits: check the "
+                                            f"argument order ({other}), that it takes logits, and the shapes "
+                                            f"(logits {list(right.shape)}, labels {list(y.shape)}{broadcast})")
 
 
-def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_factory: Any) -> None:
-    """Build what the factories give on this process and check each rule (:func:`check_model`,
-    :func:`check_export`, :func:`check_loss`); ``model_factory`` and ``loss_factory`` are callables or None."""
+def check_torch_model(net: Any, inputs: InputSpec) -> None:
+    """Raise :class:`ConfigError` naming ``setModelFactory`` unless ``net(x_num, x_cat)`` runs on two rows,
+    returns logits of the task's width (``[B]`` too, for one) and does not end in a sigmoid/softmax."""
+    import torch
+
+    name = type(net).__name__
+    want = inputs.num_classes if inputs.task == "multiclass" else 1
+    given = (f"net(x_num [B, {inputs.numeric_width}] float32, x_cat [B, {inputs.cat_width}] int64: one index "
+             f"column per categorical, then each text/set feature's ids)")
+    if not isinstance(net, torch.nn.Module):
+        raise ConfigError(MODEL, name, f"the model factory returned a {name}, not a torch.nn.Module; return one "
+                                       f"called as {given}, returning logits [B, {want}]")
+    try:
+        with torch.no_grad():
+            out = net(torch.zeros(2, inputs.numeric_width), torch.zeros(2, inputs.cat_width, dtype=torch.int64))
+    except Exception as exc:  # noqa: BLE001 - the user's network: its own error, with what it is given
+        raise ConfigError(MODEL, name, f"the network could not be called as training calls it, {given} "
+                                       f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]})") from exc
+    shape = tuple(getattr(out, "shape", ()))
+    if shape != (2, want) and not (want == 1 and shape == (2,)):
+        raise ConfigError(MODEL, name, f"the network returns shape {list(shape)} for 2 rows, but a {inputs.task} "
+                                       f"model's output is logits [B, {want}]")
+    last = net
+    while list(last.children()):
+        last = list(last.children())[-1]
+    final = type(last).__name__
+    if inputs.task in ("binary", "multiclass") and final in ("Sigmoid", "Softmax", "LogSoftmax"):
+        raise ConfigError(MODEL, name, f"the network ends in {final}, but training and scoring take its output as "
+                                       f"logits (the loss works on logits, and scoring applies the "
+                                       f"{'sigmoid' if inputs.task == 'binary' else 'softmax'} itself), so the "
+                                       f"probabilities would be squashed twice. Remove the final {final}")
+
+
+def torch_loss(loss: Any) -> Any:
+    """The user's torch loss as the loop calls it: one value per row (``reduction="none"``) counts as their mean,
+    like Keras' side takes a mean or per-row loss alike."""
+    def mean_loss(outputs: Any, labels: Any) -> Any:
+        out = loss(outputs, labels)
+        return out.mean() if getattr(out, "ndim", 0) else out
+
+    return mean_loss
+
+
+def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_factory: Any,
+                    framework: str = "keras") -> None:
+    """Build what the factories give on this process and check each rule (Keras: :func:`check_model`,
+    :func:`check_export`; torch: :func:`check_torch_model`; both :func:`check_loss`); ``model_factory`` and
+    ``loss_factory`` are callables or None."""
+    if framework == "torch":
+        import torch
+
+        if model_factory:
+            check_torch_model(model_factory(inputs, model_spec), inputs)
+        if loss_factory:
+            loss = torch_loss(_callable_loss(loss_factory(), "a function or torch.nn module taking (outputs, "
+                                                             "labels)"))
+            check_loss(lambda y, x: loss(torch.from_numpy(x), torch.from_numpy(y)), inputs, "torch")
+        return
     import keras
 
     try:
@@ -162,15 +225,18 @@ def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_facto
             check_model(model, inputs)
             check_export(model)
         if loss_factory:
-            loss = loss_factory()
-            if not callable(loss):
-                raise ConfigError(LOSS, type(loss).__name__, f"the loss factory returned a {type(loss).__name__}, "
-                                                             f"not a loss; return a function or keras.losses.Loss "
-                                                             f"taking (y_true, y_pred)")
+            loss = _callable_loss(loss_factory(), "a function or keras.losses.Loss taking (y_true, y_pred)")
             _check_from_logits(loss, inputs.task)
             check_loss(lambda y, x: per_example_loss(loss, inputs.task, y, x), inputs)
     finally:
         keras.backend.clear_session()
+
+
+def _callable_loss(loss: Any, wanted: str) -> Any:
+    if not callable(loss):
+        raise ConfigError(LOSS, type(loss).__name__, f"the loss factory returned a {type(loss).__name__}, not a "
+                                                     f"loss; return {wanted}")
+    return loss
 
 
 def per_example_loss(loss: Any, task: str, y: Any, logits: Any) -> Any:
