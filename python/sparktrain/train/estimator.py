@@ -148,22 +148,23 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         integer block (torch: ``net(x_num, x_cat)``; Keras: one list, ``[numeric, one [B, 1] index per
         categorical, one [B, length] block per text/set feature]``) and returns **logits**: ``[B, 1]``, or
         ``[B, num_classes]`` for multiclass, with no final sigmoid/softmax (the loss and scoring apply it).
-        A Keras network is checked on two rows before training, and must save and load back (custom
-        layers registered with ``@keras.saving.register_keras_serializable()``).
+        It is checked on two rows before training (docs/training.md, "A network of your own"); a Keras one
+        must also save and load back (custom layers registered with
+        ``@keras.saving.register_keras_serializable()``).
         """
         self._model_factory = _factory(fn, "setModelFactory", 2, "fn(inputs, model_spec) returning the network")
         return self
 
     def setLossFactory(self, fn: Callable) -> "_DistributedEstimator":
-        """``fn()`` returning the loss (not persisted): torch ``loss(outputs, labels)``, a mean over the batch;
-        Keras ``loss(y_true, y_pred)`` as Keras calls it, per example (``reduction="none"``) or a mean.
+        """``fn()`` returning the loss (not persisted): torch ``loss(outputs, labels)``, Keras ``loss(y_true,
+        y_pred)`` as Keras calls it; a mean over the batch or one value per row.
 
-        ``outputs``/``y_pred`` are the logits; labels are float (binary, regression; ``[B, 1]`` for Keras)
-        or int64 class indices ``[B]`` (multiclass).
+        ``outputs``/``y_pred`` are the logits; labels are float (binary, regression: ``[B]`` for torch, whose
+        logits are ``[B, 1]``; ``[B, 1]`` for Keras) or int64 class indices ``[B]`` (multiclass).
         """
         usage = "fn() returning the loss, e.g. lambda: " + (
-            "keras.losses.BinaryCrossentropy(from_logits=True, reduction='none')" if self._framework == "keras"
-            else "torch.nn.BCEWithLogitsLoss()")
+            "keras.losses.BinaryCrossentropy(from_logits=True)" if self._framework == "keras"
+            else "lambda outputs, labels: F.binary_cross_entropy_with_logits(outputs.reshape(-1), labels)")
         self._loss_factory = _factory(fn, "setLossFactory", 0, usage)
         return self
 
