@@ -104,6 +104,20 @@ def test_a_loss_in_torch_order_or_on_probabilities_is_refused_and_a_mean_loss_is
     _check(loss_factory=lambda: keras.losses.Huber(), inputs=InputSpec(("a",), (), "y", "regression"))
 
 
+def test_a_factory_that_cannot_run_on_the_driver_is_left_to_the_executors(caplog):
+    """A factory may need what only an executor has (a GPU, a file): raising on the driver is no refusal, and
+    its message is masked (the secret sweep's fit still fails on the rank, as a TrainingError)."""
+    import logging
+
+    def needs_a_gpu(inputs, model):
+        raise RuntimeError("no CUDA device; token=abc123")
+
+    with caplog.at_level(logging.WARNING, logger="sparktrain.train._executor.contract"):
+        _check(needs_a_gpu, lambda: (_ for _ in ()).throw(OSError("no /mnt/executor-only/loss.py")))
+    assert "setModelFactory: the factory raised RuntimeError on the driver (no CUDA device; token=***)" in caplog.text
+    assert "setLossFactory: the factory raised OSError on the driver" in caplog.text and "abc123" not in caplog.text
+
+
 def test_the_factory_setters_refuse_what_is_not_a_factory():
     import keras
 

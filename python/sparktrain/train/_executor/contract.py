@@ -12,6 +12,7 @@ sigmoid applied twice, a swapped loss, the categoricals silently dropped) or to 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -21,6 +22,8 @@ import numpy as np
 
 from sparktrain.errors import ConfigError
 from sparktrain.train._executor.spec import InputSpec
+
+log = logging.getLogger(__name__)
 
 MODEL = "setModelFactory"
 LOSS = "setLossFactory"
@@ -206,30 +209,49 @@ def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_facto
                     framework: str = "keras") -> None:
     """Build what the factories give on this process and check each rule (Keras: :func:`check_model`,
     :func:`check_export`; torch: :func:`check_torch_model`; both :func:`check_loss`); ``model_factory`` and
-    ``loss_factory`` are callables or None."""
+    ``loss_factory`` are callables or None.
+
+    A factory that raises here (it may need what only an executor has: a GPU, a file) is not refused: one
+    log line says so and the ranks, which check the network too, build it.
+    """
     if framework == "torch":
         import torch
 
-        if model_factory:
-            check_torch_model(model_factory(inputs, model_spec), inputs)
-        if loss_factory:
-            loss = torch_loss(_callable_loss(loss_factory(), "a function or torch.nn module taking (outputs, "
-                                                             "labels)"))
+        net = _built(model_factory, (inputs, model_spec), MODEL) if model_factory else None
+        if net is not None:
+            check_torch_model(net, inputs)
+        made = _built(loss_factory, (), LOSS) if loss_factory else None
+        if made is not None:
+            loss = torch_loss(_callable_loss(made, "a function or torch.nn module taking (outputs, labels)"))
             check_loss(lambda y, x: loss(torch.from_numpy(x), torch.from_numpy(y)), inputs, "torch")
         return
     import keras
 
     try:
-        if model_factory:
-            model = model_factory(inputs, model_spec)
+        model = _built(model_factory, (inputs, model_spec), MODEL) if model_factory else None
+        if model is not None:
             check_model(model, inputs)
             check_export(model)
-        if loss_factory:
-            loss = _callable_loss(loss_factory(), "a function or keras.losses.Loss taking (y_true, y_pred)")
+        made = _built(loss_factory, (), LOSS) if loss_factory else None
+        if made is not None:
+            loss = _callable_loss(made, "a function or keras.losses.Loss taking (y_true, y_pred)")
             _check_from_logits(loss, inputs.task)
             check_loss(lambda y, x: per_example_loss(loss, inputs.task, y, x), inputs)
     finally:
         keras.backend.clear_session()
+
+
+def _built(factory: Any, args: tuple, setter: str) -> Any:
+    """``factory(*args)``, or None (logged, masked) when it raises on this process."""
+    try:
+        return factory(*args)
+    except Exception as exc:  # noqa: BLE001 - the user's factory: the ranks build it and report its error
+        from sparktrain._internal.secrets import mask_value
+
+        log.warning("%s: the factory raised %s on the driver (%s); its checks are left to the executors, which "
+                    "build it for training", setter, type(exc).__name__,
+                    mask_value(str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""))
+        return None
 
 
 def _callable_loss(loss: Any, wanted: str) -> Any:
