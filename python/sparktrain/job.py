@@ -100,9 +100,6 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         wanted = [s for s in wanted if s not in missing]
     if "profile" in wanted or "preprocess" in wanted:
         cfg.data.require_input()  # no input set: fail before the tracker and the JVM start
-        from sparktrain.features.load import check_local_source
-
-        check_local_source(cfg.data, EMBEDDED)  # a local path that is not there: no MLflow run, no JVM
     if "tune" in wanted:
         from sparktrain.tune.search import check_search
 
@@ -113,6 +110,10 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         check_job_paths(cfg, wanted, embedded=EMBEDDED)
     if "tune" in wanted:
         _check_tune_budget(cfg, preprocessed="preprocess" in wanted)
+    if "profile" in wanted or "preprocess" in wanted:
+        from sparktrain.features.load import check_local_source
+
+        check_local_source(cfg.data, EMBEDDED)  # a local path that is not there: no MLflow run, no JVM
     tracker = None
     if cfg.tracking.enabled:
         from sparktrain.track.tracker import JobTracker

@@ -141,6 +141,25 @@ def test_a_first_write_that_crashed_leaves_a_folder_sparktrain_may_replace(tmp_p
         check_replaceable(str(out), "--output")
 
 
+def test_a_gen_folder_without_the_marker_is_kept_by_the_cleanup(tmp_path, nomove, caplog):
+    """Probe R: the cleanup of uncommitted generations removed any `_gen-*` folder the record did not name, a
+    user's `_gen-userbackup/` included, before the write (which then failed).  Only marked (or empty) ones go."""
+    import logging
+
+    out = tmp_path / "out"
+    first = _generation(out, [1.0])
+    (out / "_gen-userbackup").mkdir()
+    (out / "_gen-userbackup" / "x.parquet").write_bytes(b"user data")
+    (out / "_gen-empty").mkdir()  # a generation whose marker was never written: nothing to lose
+    with caplog.at_level(logging.WARNING, logger="sparktrain.data.commit"):
+        second = _generation(out, [2.0])
+    assert (out / "_gen-userbackup" / "x.parquet").read_bytes() == b"user data"
+    assert "keeping '_gen-userbackup': its name looks like a generation's, but it holds no sparktrain " \
+           "_generation.json marker" in caplog.text
+    assert sorted(p.name for p in out.iterdir()) == sorted(["_manifest.json", second.name, "_gen-userbackup"])
+    assert not (out / first.name).exists() and _rows(str(out)) == [2.0]
+
+
 def test_an_older_layout_is_read_then_replaced(tmp_path, nomove):
     out = tmp_path / "old"
     _write(str(out), [1.0, 2.0])  # files and a format_version 1 manifest at the top, as sparktrain wrote before

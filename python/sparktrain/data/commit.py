@@ -234,7 +234,11 @@ class Generation:
         return sorted(n.rstrip("/") for n in ours)
 
     def clean_uncommitted(self) -> List[str]:
-        """Remove the ``_gen-`` folders that no commit record names and no reader pins; returns their names."""
+        """Remove the ``_gen-`` folders that no commit record names and no reader pins; returns their names.
+
+        Only folders sparktrain wrote: its ``_generation.json`` marker inside, or nothing at all (a generation
+        whose marker was never written).  Any other ``_gen-`` folder is kept, with a warning.
+        """
         keep = {str(self._previous["path"])} if self._previous else set()
         pinned = self._pinned()
         removed = []
@@ -245,10 +249,26 @@ class Generation:
                 log.info("keeping '%s': a job still reads it (host %s, pid %s)", _join(self.path, e.base_name),
                          pinned[e.base_name].get("host", "?"), pinned[e.base_name].get("pid", "?"))
                 continue
+            if not self._ours(e):
+                log.warning("%s '%s': keeping '%s': its name looks like a generation's, but it holds no "
+                            "sparktrain %s marker, so sparktrain did not write it. Move it out of the output to "
+                            "silence this", self.what, self.path, e.base_name, GEN_MARKER)
+                continue
             log.info("removing '%s': no commit record names it and no job reads it", _join(self.path, e.base_name))
             _delete(self.fs, e.path)
             removed.append(e.base_name)
         return removed
+
+    def _ours(self, entry: pafs.FileInfo) -> bool:
+        """Whether a ``_gen-`` entry is a generation sparktrain wrote: a folder with its marker, or empty."""
+        if entry.type != pafs.FileType.Directory:
+            return False
+        try:
+            with self.fs.open_input_stream(_join(entry.path, GEN_MARKER)) as fh:
+                return json.loads(fh.read().decode()).get("format") == GEN_FORMAT
+        except (OSError, ValueError, AttributeError):
+            pass
+        return not list(self.fs.get_file_info(pafs.FileSelector(entry.path, recursive=True)))
 
     def _pinned(self) -> Dict[str, Dict[str, Any]]:
         """``{generation: reader}`` of the live pins on this output (:func:`sparktrain.data.lease.live_pins`)."""
