@@ -344,6 +344,29 @@ def test_fit_of_a_dataframe_into_an_s3_store_is_refused_before_any_job_when_spar
     assert fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)) == []  # nothing written
 
 
+def test_preprocess_into_an_s3_output_spark_cannot_write_is_refused_before_any_work(spark, s3, tmp_path):
+    """Probe R: output.path on s3:// with no connector in this Spark profiled, fitted the pipeline, then died at
+    the Parquet write with an 80-line Py4J stack; now refused by name first, with nothing written."""
+    from pyspark.sql import functions as F
+
+    from sparktrain.config import parse_config
+    from sparktrain.errors import ConfigError
+    from pyarrow import fs as pafs
+
+    from sparktrain.features.materialize import materialize
+
+    out = s3.prefix("ds")
+    df = spark.range(300).select((F.col("id") % 7).cast("double").alias("x"), (F.col("id") % 2).alias("label"))
+    cfg = parse_config({"name": "s3out", "data": {"label": "label"}, "output": {"path": out},
+                        "features": [{"name": "x", "type": "numeric"}]})
+    with pytest.raises(ConfigError) as info:
+        materialize(spark, cfg, df)
+    assert (info.value.path, info.value.value) == ("output.path", out)
+    assert "Spark cannot open the dataset's output" in str(info.value) and "hadoop-aws" in str(info.value)
+    fs, inner = pafs.FileSystem.from_uri(out)
+    assert fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)) == []  # nothing written
+
+
 @pytest.mark.parametrize("values, binary", [("CAST(id % 2 AS DOUBLE)", True), ("CAST(id % 3 AS DOUBLE) / 2", False)])
 def test_a_float_label_in_s3_is_scanned_through_pyarrow_without_a_failing_spark_read(spark, s3, tmp_path, values,
                                                                                       binary):

@@ -215,6 +215,10 @@ def materialize(spark: Any, cfg: PreprocessConfig, df: Any = None, stage_input: 
     given = df is not None
     # output.path: where it is and what it holds, before any Spark job (sparktrain.data.guard)
     check_job_paths(cfg, ("preprocess",), with_source=not given, embedded=embedded or ())
+    from sparktrain._internal.spark_compat import check_spark_path
+
+    # Spark writes the splits: a scheme it has no filesystem for fails now, not after the fit (probe R)
+    check_spark_path(spark, cfg.output.path, "output.path", "the dataset's output")
     source = "<DataFrame>" if given else cfg.data.describe()
     if stage_input is None:
         stage_input = not (not given and cfg.data.source is not None and cfg.data.format == "parquet"
