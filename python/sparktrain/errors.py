@@ -195,6 +195,14 @@ class StoreWriteError(SparktrainError, OSError):
         return str(self.args[0])
 
 
+class StoreReadError(SparktrainError, OSError):
+    """A file of the training store could not be read for another reason than its absence (the store did not
+    answer, or refused access): what the store holds is unknown, and nothing was changed."""
+
+    def __str__(self) -> str:  # OSError would otherwise format (errno, strerror)
+        return str(self.args[0])
+
+
 class CorruptObjectError(SparktrainError, ValueError):
     """A checkpoint or a stored network is truncated or not sparktrain's format (names the path and the fix)."""
 

@@ -233,6 +233,28 @@ def test_a_frozen_store_fails_a_request_after_the_standard_retry_attempts(monkey
         server.close()
 
 
+def test_register_from_store_on_a_store_that_does_not_answer_says_so_not_no_model(monkeypatch):
+    """Probe R: with the store frozen, the recovery command said "no saved model at ...", as if the model were
+    gone (network errors read as "not found"); it says the store did not answer and nothing changed."""
+    from sparktrain.errors import ModelNotFoundError, StoreReadError
+    from sparktrain.track.bundle import read_bundle
+
+    server = _Unanswering()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.port}")
+    for key, value in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(key, value)
+    try:
+        with pytest.raises(StoreReadError) as info:
+            read_bundle("s3://frozen-bucket/store/run1")
+    finally:
+        server.close()
+    text = str(info.value)
+    assert "could not read the saved model's bundle.json in 's3://frozen-bucket/store/run1'" in text
+    assert "whether the model is there is unknown. Nothing was changed" in text
+    assert not isinstance(info.value, ModelNotFoundError)
+
+
 def test_a_bad_aws_max_attempts_is_refused_by_name(s3, monkeypatch):
     from sparktrain.data._fs import resolve
     from sparktrain.errors import ConfigError

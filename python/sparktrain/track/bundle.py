@@ -38,7 +38,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from sparktrain._internal.secrets import MASK, mask_config, mask_strings, mask_value
 from sparktrain.features.load import Embedded
@@ -207,17 +207,29 @@ def read_bundle(run_dir: str) -> Dict[str, Any]:
     from sparktrain.data import _fs
     from sparktrain.errors import ModelNotFoundError
 
+    from sparktrain._internal.secrets import mask_value
+    from sparktrain.errors import StoreReadError
+
     root = run_dir.rstrip("/")
     candidates = [f"{root}/{BUNDLE_FILE}", f"{root}/model/{BUNDLE_FILE}"]
+    unread: List[str] = []
     for path in candidates:
         fs, inner = _fs.resolve(path)
         try:
             with fs.open_input_stream(inner) as fh:
                 body = json.loads(fh.read())
-        except (FileNotFoundError, OSError):
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        except OSError as exc:  # the store did not answer, or refused: not "no model"
+            unread.append(f"{path}: {' '.join(str(exc).split())[:300]}")
             continue
         body["_dir"] = path[: -len(BUNDLE_FILE) - 1]
         return body
+    if unread:
+        raise StoreReadError(f"could not read the saved model's {BUNDLE_FILE} in '{mask_value(run_dir)}' "
+                              f"({mask_value('; '.join(unread))}): the store did not answer or refused access, so "
+                              f"whether the model is there is unknown. Nothing was changed: run the same command "
+                              f"again once the store answers (check its endpoint and credentials)")
     raise ModelNotFoundError(f"no saved model at '{run_dir}' (looked for {', '.join(candidates)}). Pass the run "
                              f"folder the failed job printed, e.g. --from-store work/store/<run id>")
 
