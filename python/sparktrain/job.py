@@ -138,7 +138,7 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 result.seconds["profile"] = time.perf_counter() - t0
                 if run is not None:
                     from sparktrain.track.stages import log_profile
-                    log_profile(run, result.profile)
+                    _logged("profile", lambda: log_profile(run, result.profile), "nothing was written")
             scale = f" (scale {cfg.data.scale})" if cfg.data.source in EMBEDDED else ""
             _print(f"== profile of {cfg.data.describe()}{scale}")
             _print(result.profile.format())
@@ -151,7 +151,10 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
                 result.seconds["preprocess"] = time.perf_counter() - t0
                 if run is not None:
                     from sparktrain.track.stages import log_preprocess
-                    log_preprocess(run, result.preprocess.generation or result.preprocess.path)
+                    written = result.preprocess.generation or result.preprocess.path
+                    _logged("preprocess", lambda: log_preprocess(run, written),
+                            f"the dataset is committed at {mask_value(result.preprocess.path)}: once MLflow works, "
+                            f"`sparktrain train CONFIG` (and tune) go on from it without preprocessing again")
             _print("== preprocess")
             _print(format_summary(result.preprocess))
         if "train" in wanted or "tune" in wanted:
@@ -285,6 +288,23 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
         if tracking_failure(exc):  # it answers, but fails (a locked sqlite store, a broken artifact store)
             raise tracking_down_error(tracker, exc, saved, "after training", answering=True) from exc
         raise
+
+
+def _logged(stage: str, log_stage: Any, done: str) -> None:
+    """Run ``log_stage`` (a stage's MLflow logging); an MLflow failure (its server, store or artifact store:
+    :func:`~sparktrain.track.bundle.tracking_failure`) becomes a :class:`TrackingError` saying what is kept."""
+    try:
+        log_stage()
+    except Exception as exc:
+        from sparktrain.errors import TrackingError
+        from sparktrain.track.bundle import tracking_failure
+
+        if not tracking_failure(exc):
+            raise
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise TrackingError(f"MLflow failed while logging the {stage} stage ({type(exc).__name__}: "
+                            f"{mask_value(reason)}); {done}. Check the tracking server and its artifact location "
+                            f"(tracking.uri, tracking.artifact_location)") from exc
 
 
 def _stage(tracker: Any, name: str):

@@ -592,3 +592,33 @@ def test_a_new_model_name_that_differs_from_one_only_by_case_is_warned(tracking_
         _warn_case_twins(client, "a%b")
         _warn_case_twins(client, "unique")
     assert caplog.text == ""
+
+
+def test_an_artifact_store_that_fails_while_a_stage_logs_is_a_tracking_error(tracking_uri, monkeypatch):
+    """Probe R: an S3 artifact location that stopped answering during the preprocess stage's logging ended the
+    job with a raw botocore traceback and no `error:` line; it is a TrackingError saying what is kept."""
+    import socket
+
+    from mlflow import MlflowClient
+
+    from sparktrain.errors import TrackingError
+    from sparktrain.job import _logged
+
+    with socket.socket() as sock:  # a port nothing listens on: the store refuses at once
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:"
+                       f"{port}", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
+                       "AWS_MAX_ATTEMPTS": "1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    client = MlflowClient(tracking_uri, tracking_uri)
+    exp = client.create_experiment("s3-arts", artifact_location="s3://gone-bucket/arts")
+    run = client.create_run(exp).info.run_id
+    with pytest.raises(TrackingError) as info:
+        _logged("preprocess", lambda: client.log_text(run, "{}", "features/features.json"),
+                "the dataset is committed at /data/ds")
+    text = str(info.value)
+    assert text.startswith("MLflow failed while logging the preprocess stage (") and "127.0.0.1" in text
+    assert "the dataset is committed at /data/ds. Check the tracking server and its artifact location" in text
+    with pytest.raises(ZeroDivisionError):  # the job's own errors are not MLflow's
+        _logged("profile", lambda: 1 / 0, "nothing was written")

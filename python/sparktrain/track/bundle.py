@@ -421,7 +421,7 @@ def tracking_failure(exc: BaseException) -> bool:
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return any(isinstance(e, (MlflowException, OSError)) or type(e).__module__.split(".")[0] in
-               ("requests", "urllib3", "sqlalchemy") for e in chain)
+               ("requests", "urllib3", "sqlalchemy", "botocore", "boto3", "s3transfer") for e in chain)
 
 
 def tracking_down_error(tracker: Any, exc: BaseException, saved: str, when: str, result: Any = None,
