@@ -328,7 +328,16 @@ def check_resume(cfg: JobConfig, stages: Sequence[str], run_id: str) -> None:
     from sparktrain.data.run_store import RunStore
 
     run = RunStore(cfg.train.store, run_id)
-    if not run.is_recorded():
+    try:
+        recorded = run.is_recorded()
+    except OSError as exc:  # the store did not answer, or refused: whether it holds the run is unknown
+        from sparktrain.errors import StoreReadError
+
+        raise StoreReadError(f"could not read train.store {mask_value(cfg.train.store)} to resume run {run_id} "
+                             f"({mask_value(' '.join(str(exc).split())[:300])}): the store did not answer or refused "
+                             f"access. Nothing was changed: run the same command again once it answers (check its "
+                             f"endpoint and credentials)") from exc
+    if not recorded:
         try:
             held = sorted(n for n in run.store.listdir("") if not n.startswith(("_", ".")))
         except Exception:  # noqa: BLE001 - a store that does not exist yet holds no run

@@ -254,6 +254,21 @@ def test_register_from_store_on_a_store_that_does_not_answer_says_so_not_no_mode
     assert "whether the model is there is unknown. Nothing was changed" in text
     assert not isinstance(info.value, ModelNotFoundError)
 
+    # `train --resume` on that store: the same, naming train.store (probe R 5: a raw pyarrow traceback)
+    from sparktrain.config import parse_config
+    from sparktrain.job import check_resume
+
+    server = _Unanswering()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.port}")
+    cfg = parse_config({"name": "r", "data": {"source": "/data/x.parquet", "label": "y"},
+                        "train": {"store": "s3://frozen-bucket/store"}})
+    try:
+        with pytest.raises(StoreReadError, match=r"could not read train.store s3://frozen-bucket/store to resume run "
+                                                 r"run1 .*Nothing was changed"):
+            check_resume(cfg, ["train"], "run1")
+    finally:
+        server.close()
+
 
 def test_a_bad_aws_max_attempts_is_refused_by_name(s3, monkeypatch):
     from sparktrain.data._fs import resolve
