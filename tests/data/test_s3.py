@@ -334,6 +334,9 @@ def test_a_store_in_a_bucket_that_does_not_exist_is_refused_by_name(s3):
     text = str(err.value)
     assert err.value.path == "output.path" and "could not write its lease file" in text, text
     assert "NoSuchBucket" in text or "does not exist" in text, text
+    with pytest.raises(ConfigError) as err:  # a run's lease names the store (probe R: "parameter 'runId'")
+        Lease("s3://no-such-bucket-st/store/r1", "runId").acquire()
+    assert err.value.path == "store" and "point the store (store / train.store) elsewhere" in str(err.value)
 
 
 def test_pyarrow_reads_hadoops_s3a_as_s3_and_refuses_a_scheme_it_has_no_filesystem_for(s3):

@@ -197,7 +197,8 @@ class Lease:
             where = "the store (store / train.store)" if self.what in ("runId", "store", "train.store") \
                 else self.what
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise ConfigError(self.what, _masked(self.target),
+            # a run's lease (what = runId) fails on its store, which the user set, not on the run id
+            raise ConfigError("store" if self.what == "runId" else self.what, _masked(self.target),
                               f"could not write its lease file '{_masked(self.path)}' ({type(exc).__name__}: "
                               f"{first}); nothing was written. Fix: check that the location exists and this "
                               f"process may write there (the bucket, the credentials, the permissions), or point "
