@@ -622,3 +622,42 @@ def test_an_artifact_store_that_fails_while_a_stage_logs_is_a_tracking_error(tra
     assert "the dataset is committed at /data/ds. Check the tracking server and its artifact location" in text
     with pytest.raises(ZeroDivisionError):  # the job's own errors are not MLflow's
         _logged("profile", lambda: 1 / 0, "nothing was written")
+
+
+def test_a_version_whose_s3_artifacts_are_gone_or_unreachable_is_named_before_scoring(tracking_uri, s3,
+                                                                                       monkeypatch,
+                                                                                       restore_mlflow_uri):
+    """Probe R: `score` of a version whose artifacts were lost from S3 gave a 40-line MlflowException traceback;
+    gone files are a ModelNotFoundError naming the version and where its files were, an artifact store that
+    does not answer a TrackingError saying nothing ran."""
+    import socket
+
+    from mlflow import MlflowClient
+
+    from sparktrain.errors import TrackingError
+    from sparktrain.track.lookup import resolve_model
+
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", s3.endpoint)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    client = MlflowClient(tracking_uri, tracking_uri)
+    client.create_registered_model("s3-lost")
+    run = client.create_run(client.create_experiment("s3-lost")).info.run_id
+    source = f"{s3.prefix('arts')}/model"
+    client.create_model_version("s3-lost", source, run)
+    with pytest.raises(ModelNotFoundError) as gone:
+        resolve_model("models:/s3-lost/1", tracking_uri)
+    assert f"models:/s3-lost/1 is models:/s3-lost/1, whose files are gone (run {run}; its files are at s3://" \
+        in str(gone.value) and source.rsplit("/", 2)[-2] in str(gone.value)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key in ("MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(key, f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(TrackingError) as down:
+        resolve_model("models:/s3-lost/1", tracking_uri)
+    assert not isinstance(down.value, ModelNotFoundError)
+    assert "whose files could not be read" in str(down.value) and "nothing ran" in str(down.value)

@@ -160,18 +160,26 @@ def resolve_model(model_uri: str, registry_uri: Optional[str] = None, fix: str =
         return pinned
     try:
         get_model_info(pinned)
-    except (MlflowException, OSError) as exc:
-        if "No such artifact" not in str(exc) and not isinstance(exc, FileNotFoundError):
+    except Exception as exc:  # noqa: BLE001 - MLflow's, the filesystem's or the S3 client's: sorted below
+        text = " ".join(str(exc).split())
+        if not isinstance(exc, (MlflowException, OSError)) and \
+                type(exc).__module__.split(".")[0] not in ("botocore", "boto3", "s3transfer"):
             raise
         where = ""
         m = re.match(r"models:/(?P<name>[^/@]+)/(?P<version>\d+)$", pinned)
         if m:
             mv = client.get_model_version(m["name"], m["version"])
-            where = f" (run {mv.run_id}; its files were at {mask_value(str(mv.source))})"
-        raise ModelNotFoundError(f"{model_uri} is {pinned}, whose files are gone{where}: its MLmodel cannot be "
-                                 f"read ({mask_value(str(exc))[:200]}). Fix: restore the artifact store, or "
-                                 f"register the model again (sparktrain register --from-store STORE/RUN) or "
-                                 f"score another version") from exc
+            where = f" (run {mv.run_id}; its files are at {mask_value(str(mv.source))})"
+        if "No such artifact" in text or isinstance(exc, FileNotFoundError) or \
+                re.search(r"\b404\b|NoSuchKey|Not Found|does not exist", text):
+            raise ModelNotFoundError(f"{model_uri} is {pinned}, whose files are gone{where}: its MLmodel cannot "
+                                     f"be read ({mask_value(text)[:200]}). Fix: restore the artifact store, or "
+                                     f"register the model again (sparktrain register --from-store STORE/RUN) or "
+                                     f"score another version") from exc
+        raise TrackingError(f"{model_uri} is {pinned}, whose files could not be read{where}: "
+                            f"{type(exc).__name__}: {mask_value(text)[:300]}. The artifact store did not answer or "
+                            f"refused access; nothing ran. Run again once it answers (check its endpoint and "
+                            f"credentials)") from exc
     return pinned
 
 
