@@ -270,6 +270,25 @@ def test_register_from_store_on_a_store_that_does_not_answer_says_so_not_no_mode
         server.close()
 
 
+@pytest.mark.slow
+def test_the_lease_put_on_a_frozen_store_is_bounded_like_the_pyarrow_side(monkeypatch):
+    """Probe R: a lease claim on a frozen S3 store (boto3's conditional put) took 216 s to fail with botocore's
+    defaults (60 s reads, 5 legacy attempts); now AWS_MAX_ATTEMPTS attempts of at most 15 s each."""
+    from sparktrain.data.lease import _s3_put_if_absent
+
+    server = _Unanswering()
+    for key, value in {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "2"}.items():
+        monkeypatch.setenv(key, value)
+    try:
+        with pytest.raises(Exception, match="(?i)timeout|timed out"):
+            _s3_put_if_absent(f"s3://frozen-bucket/out/_lease.json?endpoint_override=127.0.0.1:{server.port}"
+                              f"&scheme=http", b"{}")
+        assert server.requests == 2
+    finally:
+        server.close()
+
+
 def test_a_bad_aws_max_attempts_is_refused_by_name(s3, monkeypatch):
     from sparktrain.data._fs import resolve
     from sparktrain.errors import ConfigError

@@ -81,16 +81,20 @@ def _bounded_retries(fs: pafs.FileSystem) -> pafs.FileSystem:
     """
     if not isinstance(fs, pafs.S3FileSystem):
         return fs
+    options = fs.__reduce__()[1][0]  # the URI's options, as pyarrow pickles them
+    return pafs.S3FileSystem._reconstruct(
+        dict(options, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=s3_attempts())))
+
+
+def s3_attempts() -> int:
+    """Attempts per S3 request: ``AWS_MAX_ATTEMPTS``, else the AWS standard retry mode's 3."""
     raw = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
     try:
-        attempts = max(1, int(raw)) if raw else 3
+        return max(1, int(raw)) if raw else 3
     except ValueError:
         raise ConfigError("AWS_MAX_ATTEMPTS (environment variable)", raw,
                           "it must be a whole number of attempts for an S3 request (3 is the AWS standard "
                           "mode's); set it to an integer such as 3, or unset it") from None
-    options = fs.__reduce__()[1][0]  # the URI's options, as pyarrow pickles them
-    return pafs.S3FileSystem._reconstruct(
-        dict(options, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)))
 
 
 def info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:

@@ -427,7 +427,15 @@ def _s3_put_if_absent(uri: str, data: bytes) -> Optional[bool]:
     endpoint = query.get("endpoint_override")
     if endpoint and "://" not in endpoint:
         endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name=query.get("region"))
+    from botocore.config import Config
+
+    from sparktrain.data._fs import s3_attempts
+
+    # the pyarrow side's bounds (sparktrain.data._fs): botocore's defaults (60 s reads, 5 legacy attempts) held
+    # a lease claim on a frozen store for over 3 minutes before it named the store
+    bounds = Config(connect_timeout=10, read_timeout=15,
+                    retries={"mode": "standard", "total_max_attempts": s3_attempts()})
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=query.get("region"), config=bounds)
     try:
         client.put_object(Bucket=url.netloc, Key=url.path.lstrip("/"), Body=data, IfNoneMatch="*")
     except ClientError as exc:
