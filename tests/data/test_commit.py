@@ -160,6 +160,24 @@ def test_a_gen_folder_without_the_marker_is_kept_by_the_cleanup(tmp_path, nomove
     assert not (out / first.name).exists() and _rows(str(out)) == [2.0]
 
 
+def test_a_dataset_copied_without_its_commit_record_says_so(tmp_path, nomove):
+    """Probe R: a committed dataset uploaded without _manifest.json (a copy interrupted before it) read as "holds
+    no Parquet files", though a whole generation was there."""
+    import shutil
+
+    from sparktrain.data.manifest import build_manifest
+    from sparktrain.errors import DataError
+
+    out = tmp_path / "out"
+    gen = _generation(out, [1.0])
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "_manifest.json").unlink()
+    with pytest.raises(DataError, match=rf"holds generation folder\(s\) \({gen.name}\) but no commit record "
+                                        r"\(_manifest.json\).*Copy the whole folder again"):
+        build_manifest(str(copy))
+
+
 def test_an_older_layout_is_read_then_replaced(tmp_path, nomove):
     out = tmp_path / "old"
     _write(str(out), [1.0, 2.0])  # files and a format_version 1 manifest at the top, as sparktrain wrote before

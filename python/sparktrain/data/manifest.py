@@ -133,6 +133,13 @@ def build_manifest(path: str, filesystem: pafs.FileSystem | None = None,
     fi = _fs.require(fs, base)
     files = [fi] if fi.type == pafs.FileType.File else _fs.list_data_files(fs, base)
     if not files:
+        gens = sorted(e.base_name for e in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+                      if e.base_name.startswith("_gen-")) if fi.type == pafs.FileType.Directory else []
+        if gens:
+            raise DataError(f"dataset path '{path}' holds generation folder(s) ({', '.join(gens[:3])}) but no commit "
+                            f"record (_manifest.json), which says which one is the dataset: a sparktrain dataset "
+                            f"copied or uploaded without its _manifest.json, or a preprocess that did not finish. "
+                            f"Copy the whole folder again, _manifest.json included, or preprocess again.")
         raise DataError(f"dataset path '{path}' holds no Parquet files (names starting with '_' or '.' are "
                         f"skipped). Write data there first or fix the path.")
     entries: list[dict[str, Any]] = []
