@@ -351,3 +351,17 @@ def test_reading_the_generation_a_job_wrote_after_another_commit(tmp_path, nomov
     _write(str(plain), [7.0])
     with commit.reading(str(plain)) as read:  # no record: read as it is, no pin
         assert read == str(plain) and not [p for p in tmp_path.iterdir() if ".pin-" in p.name]
+
+
+def test_a_truncated_part_file_is_named(tmp_path, nomove):
+    """Probe R: a part file cut short in an upload gave a bare ArrowInvalid naming no file and no dataset."""
+    from sparktrain.errors import DataError
+    from sparktrain.train.inputs import column_stats
+
+    out = tmp_path / "out"
+    _generation(out, [1.0, 2.0])
+    part = next(p for p in out.rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:-20])
+    with pytest.raises(DataError) as info:
+        column_stats(str(part.parent))
+    assert f"'{part}' under the dataset" in str(info.value) and "not a readable Parquet file" in str(info.value)

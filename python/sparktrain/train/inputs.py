@@ -50,8 +50,15 @@ def column_stats(path: str) -> Dict[str, Dict[str, Any]]:
         raise DatasetNotFoundError(f"no Parquet files under '{path}'; materialize the dataset first "
                                    "(sparktrain preprocess CONFIG) or pass a DataFrame to fit()")
     stats: Dict[str, Dict[str, Any]] = {}
+    import pyarrow as pa
+
     for f in files:
-        pf = pq.ParquetFile(f, filesystem=fs)
+        try:
+            pf = pq.ParquetFile(f, filesystem=fs)
+        except pa.ArrowInvalid as exc:  # a truncated or foreign file: name it, with the way back
+            raise DataError(f"'{f}' under the dataset '{path}' is not a readable Parquet file ({exc}): a copy or "
+                            f"upload cut short, or a file that is not Parquet. Copy the dataset again, or "
+                            f"preprocess again") from exc
         schema = pf.schema_arrow
         for name in schema.names:
             entry = stats.setdefault(name, {"type": schema.field(name).type, "min": None, "max": None})
