@@ -455,7 +455,7 @@ def _baseline(spark: Any, dataset_path: str, model: Any, label: str) -> Dict[str
     try:
         return mllib_baseline(spark, dataset_path, model.inputs, label).metrics
     except Exception as exc:  # noqa: BLE001 - a comparison that fails leaves the model and its metrics as they are
-        reason = str(getattr(exc, "desc", None) or exc).strip().splitlines()[0][:300]
+        reason = (str(getattr(exc, "desc", None) or exc).strip().splitlines() or [""])[0][:300]
         log.warning("the %s baseline failed (%s: %s); the model is kept, tracked and registered without the "
                     "comparison. Set train.compare_baseline: false to skip it", baseline_name(model.inputs.task),
                     type(exc).__name__, mask_value(reason))

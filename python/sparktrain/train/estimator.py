@@ -537,6 +537,9 @@ def _factory(fn: Any, setter: str, arity: int, usage: str) -> Optional[Callable]
     if not callable(fn):
         raise ConfigError(setter, fn if isinstance(fn, str) else type(fn).__name__,
                           f"got {what}, not a function; pass {usage}", kind="parameter")
+    if _framework_object(fn):  # a network, loss or optimizer itself: callable, but not what makes one
+        raise ConfigError(setter, type(fn).__name__, f"got {what}: the object itself, where a function that makes "
+                                                     f"one is wanted; pass {usage}", kind="parameter")
     try:
         inspect.signature(fn).bind(*([None] * arity))
     except TypeError:
@@ -548,6 +551,24 @@ def _factory(fn: Any, setter: str, arity: int, usage: str) -> Optional[Callable]
     except ValueError:  # a builtin without a signature: called as it is
         pass
     return fn
+
+
+def _framework_object(fn: Any) -> bool:
+    """Whether ``fn`` is an instance of a torch module or a Keras layer, model, loss or optimizer (checked
+    through the frameworks already imported: none is imported for it)."""
+    import inspect
+    import sys
+
+    if inspect.isclass(fn):
+        return False
+    bases = []
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        bases.append(torch.nn.Module)
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        bases += [keras.layers.Layer, keras.losses.Loss, keras.optimizers.Optimizer]
+    return any(isinstance(fn, b) for b in bases)
 
 
 def _qualname(fn: Optional[Callable]) -> Optional[str]:

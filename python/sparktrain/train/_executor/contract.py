@@ -29,6 +29,14 @@ MODEL = "setModelFactory"
 LOSS = "setLossFactory"
 
 
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    """``TypeName: first line`` of ``exc``, masked (a bare ``assert`` has no message)."""
+    from sparktrain._internal.secrets import mask_value
+
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {mask_value(lines[0][:limit])}" if lines else type(exc).__name__
+
+
 def describe_inputs(inputs: InputSpec) -> str:
     """The list a network is called with, in words."""
     parts = [f"numeric [B, {inputs.numeric_width}] (float32: {', '.join(inputs.numeric) or 'no columns'}"
@@ -70,9 +78,8 @@ def check_model(model: Any, inputs: InputSpec) -> None:
         out = model(batch, training=False)
     except Exception as exc:  # noqa: BLE001 - the user's network: its own error, with what it is given
         raise ConfigError(MODEL, name, f"the network could not be called on what training gives it, "
-                                       f"{describe_inputs(inputs)} ({type(exc).__name__}: "
-                                       f"{str(exc).strip().splitlines()[0][:300]}). Give it one keras.Input per "
-                                       f"part, in that order") from exc
+                                       f"{describe_inputs(inputs)} ({_first_line(exc)}). Give it one keras.Input "
+                                       f"per part, in that order") from None
     declared = _declared_inputs(model)
     parts = len(batch)
     if declared is not None and declared != parts:
@@ -84,7 +91,7 @@ def check_model(model: Any, inputs: InputSpec) -> None:
         raise ConfigError(MODEL, name, f"the network returns shape {list(shape)} for 2 rows, but a {inputs.task} "
                                        f"model's output is logits [B, {want}]"
                                        + (f" (one per class of {inputs.num_classes})" if want > 1 else ""))
-    last = _last_activation(model)
+    last = _last_activation(model)  # "" for a subclassed model: its last assigned layer need not be its output
     if inputs.task in ("binary", "multiclass") and last in ("sigmoid", "softmax"):
         raise ConfigError(MODEL, name, f"the network ends in a {last} activation, but training and scoring take "
                                        f"its output as logits (the loss uses from_logits=True, and scoring applies "
@@ -112,21 +119,22 @@ def check_export(model: Any) -> None:
             missing = re.search(r"Could not locate (?:class|function) '([^']+)'", text)
             reason = (f"custom class '{missing.group(1)}' is not registered with Keras" if missing else
                       "a Lambda layer's Python code is refused in safe mode" if "`Lambda` layer" in text else
-                      f"{type(exc).__name__}: {text[:400]}")
+                      _first_line(exc, 400))
             raise ConfigError(MODEL, getattr(model, "name", type(model).__name__),
                               f"the network cannot be saved and loaded back as scoring does "
                               f"(keras.models.load_model, safe mode): {reason}. Decorate each "
                               f"custom layer class with @keras.saving.register_keras_serializable() in a module "
                               f"that the executors and the scorer import (and give it get_config), and use a "
-                              f"custom layer instead of keras.layers.Lambda") from exc
+                              f"custom layer instead of keras.layers.Lambda") from None
 
 
 def check_loss(per_example: Callable[[np.ndarray, np.ndarray], Any], inputs: InputSpec,
-               framework: str = "keras") -> None:
+               framework: str = "keras", flat_logits: bool = False, log_probs: bool = False) -> None:
     """Raise :class:`ConfigError` naming ``setLossFactory`` unless the loss is finite, lower for right
     predictions than for wrong ones and, for classification, not negative (a loss written in the other
     framework's argument order gets its labels and logits swapped and trains to garbage).  ``per_example(y,
-    logits)`` calls the loss as training does."""
+    logits)`` calls the loss as training does; ``flat_logits``: the network gives ``[B]``, not ``[B, 1]``;
+    ``log_probs``: it ends in ``LogSoftmax`` (its loss takes log-probabilities, e.g. ``NLLLoss``)."""
     want = inputs.num_classes if inputs.task == "multiclass" else 1
     if inputs.task == "multiclass":
         y = np.array([0, 1], np.int64)
@@ -139,32 +147,43 @@ def check_loss(per_example: Callable[[np.ndarray, np.ndarray], Any], inputs: Inp
     else:
         y = np.array([1.0, 0.0], np.float32)
         right, wrong = np.array([[1.0], [0.0]], np.float32), np.array([[0.0], [1.0]], np.float32)
+    if log_probs and want > 1:
+        right, wrong = (x - np.log(np.exp(x).sum(axis=1, keepdims=True)) for x in (right, wrong))
+    if flat_logits and want == 1:
+        right, wrong = right.reshape(2, 1)[:, 0], wrong.reshape(2, 1)[:, 0]  # type: ignore[assignment]
     call = "loss(y_true, y_pred)" if framework == "keras" else "loss(outputs, labels)"
+    labels = [2, 1] if framework == "keras" and want == 1 else list(y.shape)  # Keras' y_true is [B, 1]
     try:
         good, bad = (float(np.sum(np.asarray(per_example(y, x), np.float64))) for x in (right, wrong))
     except Exception as exc:  # noqa: BLE001 - the user's loss: its own error, with how it is called
         raise ConfigError(LOSS, "the loss", f"calling the loss as training does, {call} with labels "
-                                            f"{list(y.shape)} ({y.dtype}) and logits {list(right.shape)}, failed: "
-                                            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}. Make "
-                                            f"the factory return a loss taking {call[4:]}"
+                                            f"{labels} ({y.dtype}) and logits {list(right.shape)}, failed: "
+                                            f"{_first_line(exc)}. Make the factory return a loss taking {call[4:]}"
                                             + (" (torch: reshape the [B, 1] logits to the labels' [B], e.g. "
-                                               "outputs.reshape(-1))" if framework == "torch" and want == 1 else "")
-                          ) from exc
+                                               "outputs.reshape(-1))" if framework == "torch" and want == 1
+                                               and not flat_logits else "")) from None
     negative = inputs.task != "regression" and good < -1e-6  # a classification loss is never below 0
     if negative or not (np.isfinite(good) and np.isfinite(bad) and good < bad):
         other = "torch's is (outputs, labels)" if framework == "keras" else "Keras' is (y_true, y_pred)"
-        broadcast = "; torch broadcasts [B, 1] against [B] to [B, B]" if framework == "torch" and want == 1 else ""
+        broadcast = "; torch broadcasts [B, 1] against [B] to [B, B]" if framework == "torch" and want == 1 and \
+            not flat_logits else ""
         raise ConfigError(LOSS, "the loss", f"the loss is {good:.4g} for right predictions and {bad:.4g} for wrong "
                                             f"ones on a {inputs.task} pair; it must be finite, lower for right "
                                             f"ones{' and not negative' if inputs.task != 'regression' else ''}. "
                                             f"Training calls it as {call}, with the network's logits: check the "
                                             f"argument order ({other}), that it takes logits, and the shapes "
-                                            f"(logits {list(right.shape)}, labels {list(y.shape)}{broadcast})")
+                                            f"(logits {list(right.shape)}, labels {labels}{broadcast})")
 
 
-def check_torch_model(net: Any, inputs: InputSpec) -> None:
+def check_torch_model(net: Any, inputs: InputSpec, on_driver: bool = False) -> Any:  # (shape, final module)
     """Raise :class:`ConfigError` naming ``setModelFactory`` unless ``net(x_num, x_cat)`` runs on two rows,
-    returns logits of the task's width (``[B]`` too, for one) and does not end in a sigmoid/softmax."""
+    returns logits of the task's width (``[B]`` too, for one) and its output is not a sigmoid/softmax; returns
+    the output's shape and the class name of the module that gave it ("" when none did), or None when the
+    driver cannot run it (a forward that needs a GPU is the ranks' to check).
+
+    The rows are on the network's device and dtype; it runs in eval mode, under its own RNG state, and is put
+    back as it was (a BatchNorm's statistics and the seeded RNG are untouched).
+    """
     import torch
 
     name = type(net).__name__
@@ -174,25 +193,44 @@ def check_torch_model(net: Any, inputs: InputSpec) -> None:
     if not isinstance(net, torch.nn.Module):
         raise ConfigError(MODEL, name, f"the model factory returned a {name}, not a torch.nn.Module; return one "
                                        f"called as {given}, returning logits [B, {want}]")
+    param = next(net.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    dtype = param.dtype if param is not None and param.dtype.is_floating_point else torch.float32
+    produced: List[Any] = []
+    hooks = [m.register_forward_hook(lambda mod, _, out: produced.append((mod, out)))
+             for m in net.modules() if not list(m.children())]
+    was_training = net.training
     try:
-        with torch.no_grad():
-            out = net(torch.zeros(2, inputs.numeric_width), torch.zeros(2, inputs.cat_width, dtype=torch.int64))
+        net.eval()
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = net(torch.zeros(2, inputs.numeric_width, dtype=dtype, device=device),
+                      torch.zeros(2, inputs.cat_width, dtype=torch.int64, device=device))
     except Exception as exc:  # noqa: BLE001 - the user's network: its own error, with what it is given
+        if on_driver and re.search(r"(?i)cuda|device|gpu", str(exc)):
+            log.warning("%s: the network's forward needs a device this driver lacks (%s); its checks are left to "
+                        "the executors", MODEL, _first_line(exc))
+            return None
         raise ConfigError(MODEL, name, f"the network could not be called as training calls it, {given} "
-                                       f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]})") from exc
+                                       f"({_first_line(exc)})") from None
+    finally:
+        net.train(was_training)
+        for hook in hooks:
+            hook.remove()
     shape = tuple(getattr(out, "shape", ()))
     if shape != (2, want) and not (want == 1 and shape == (2,)):
-        raise ConfigError(MODEL, name, f"the network returns shape {list(shape)} for 2 rows, but a {inputs.task} "
-                                       f"model's output is logits [B, {want}]")
-    last = net
-    while list(last.children()):
-        last = list(last.children())[-1]
-    final = type(last).__name__
-    if inputs.task in ("binary", "multiclass") and final in ("Sigmoid", "Softmax", "LogSoftmax"):
+        raise ConfigError(MODEL, name, f"the network returns {list(shape) if shape else type(out).__name__} for 2 "
+                                       f"rows, but a {inputs.task} model's output is logits [B, {want}]")
+    def gave(o: Any) -> bool:  # the output itself, or a view of it (a squeeze, a reshape)
+        return o is out or (torch.is_tensor(o) and torch.is_tensor(out) and o.numel() == out.numel() and
+                            o.numel() > 0 and o.data_ptr() == out.data_ptr())
+
+    final = next((type(mod).__name__ for mod, o in reversed(produced) if gave(o)), "")  # what gave the output
+    if inputs.task in ("binary", "multiclass") and final in ("Sigmoid", "Softmax"):
         raise ConfigError(MODEL, name, f"the network ends in {final}, but training and scoring take its output as "
                                        f"logits (the loss works on logits, and scoring applies the "
                                        f"{'sigmoid' if inputs.task == 'binary' else 'softmax'} itself), so the "
                                        f"probabilities would be squashed twice. Remove the final {final}")
+    return shape, final
 
 
 def torch_loss(loss: Any) -> Any:
@@ -218,16 +256,22 @@ def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_facto
         import torch
 
         net = _built(model_factory, (inputs, model_spec), MODEL) if model_factory else None
-        if net is not None:
-            check_torch_model(net, inputs)
+        ran = check_torch_model(net, inputs, on_driver=True) if net is not None else None
         made = _built(loss_factory, (), LOSS) if loss_factory else None
         if made is not None:
             loss = torch_loss(_callable_loss(made, "a function or torch.nn module taking (outputs, labels)"))
-            check_loss(lambda y, x: loss(torch.from_numpy(x), torch.from_numpy(y)), inputs, "torch")
+            check_loss(lambda y, x: loss(torch.from_numpy(x), torch.from_numpy(y)), inputs, "torch",
+                       flat_logits=bool(ran) and ran[0] == (2,), log_probs=bool(ran) and ran[1] == "LogSoftmax")
         return
     import keras
+    import tensorflow as tf
 
-    try:
+    for gpu in tf.config.list_physical_devices("GPU"):  # the check must not reserve the GPUs the ranks need
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except (RuntimeError, ValueError):  # TensorFlow already started on this process: as it is
+            pass
+    with tf.device("/CPU:0"):
         model = _built(model_factory, (inputs, model_spec), MODEL) if model_factory else None
         if model is not None:
             check_model(model, inputs)
@@ -236,9 +280,9 @@ def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_facto
         if made is not None:
             loss = _callable_loss(made, "a function or keras.losses.Loss taking (y_true, y_pred)")
             _check_from_logits(loss, inputs.task)
-            check_loss(lambda y, x: per_example_loss(loss, inputs.task, y, x), inputs)
-    finally:
-        keras.backend.clear_session()
+            tensor = keras.ops.convert_to_tensor
+            check_loss(lambda y, x: per_example_loss(loss, inputs.task, tensor(y), tensor(x)), inputs)
+    del model  # no keras.backend.clear_session(): it would reset the user's global policy and seeds
 
 
 def _built(factory: Any, args: tuple, setter: str) -> Any:
@@ -248,9 +292,8 @@ def _built(factory: Any, args: tuple, setter: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - the user's factory: the ranks build it and report its error
         from sparktrain._internal.secrets import mask_value
 
-        log.warning("%s: the factory raised %s on the driver (%s); its checks are left to the executors, which "
-                    "build it for training", setter, type(exc).__name__,
-                    mask_value(str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""))
+        log.warning("%s: the factory raised on the driver (%s); its checks are left to the executors, which "
+                    "build it for training", setter, mask_value(_first_line(exc)))
         return None
 
 
@@ -265,7 +308,9 @@ def per_example_loss(loss: Any, task: str, y: Any, logits: Any) -> Any:
     """``loss(y_true, y_pred)`` as the training loop calls it: labels ``[B]`` (``[B, 1]`` unless multiclass)."""
     if task == "multiclass":
         return loss(y, logits)
-    return loss(np.reshape(y, (-1, 1)) if isinstance(y, np.ndarray) else y, logits)
+    import keras
+
+    return loss(keras.ops.reshape(y, (-1, 1)), logits)
 
 
 def _check_from_logits(loss: Any, task: str) -> None:
@@ -290,6 +335,11 @@ def _declared_inputs(model: Any) -> Any:
 
 
 def _last_activation(model: Any) -> str:
+    """The activation of the layer that gives a Sequential or functional model's output; "" otherwise."""
+    import keras
+
+    if not (isinstance(model, keras.Sequential) or type(model).__name__ == "Functional"):
+        return ""
     layers = getattr(model, "layers", None) or []
     activation = getattr(layers[-1], "activation", None) if layers else None
     return str(getattr(activation, "__name__", "") or "")

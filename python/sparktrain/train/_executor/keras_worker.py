@@ -105,12 +105,14 @@ class KerasAdapter(Adapter):
             self.optimizer = optimizer
             self.optimizer.build(self.model.trainable_variables)
         self.loss_obj = make_loss(self.task)
+        self._summed = False
         if spec.loss_factory:
             import cloudpickle
 
             from sparktrain.train._executor.contract import check_loss
             self.loss_obj = cloudpickle.loads(spec.loss_factory)()
-            check_loss(lambda y, x: self.per_example_loss(y, tf.constant(x)), spec.inputs)
+            self._summed = _reduction(self.loss_obj) == "sum"
+            check_loss(lambda y, x: self.per_example_loss(tf.constant(y), tf.constant(x)), spec.inputs)
         self.n_cat = spec.inputs.cat_width
         y_dtype = tf.int64 if self.task == "multiclass" else tf.float32
         self.sig = (tf.TensorSpec([None, spec.inputs.numeric_width], tf.float32),
@@ -139,7 +141,10 @@ class KerasAdapter(Adapter):
         tf = self.tf
         per = self.loss_obj(y if self.task == "multiclass" else tf.reshape(y, [-1, 1]), logits)
         if per.shape.rank == 0:
-            per = tf.fill(tf.shape(logits)[:1], per)
+            rows = tf.shape(logits)[:1]
+            if self._summed:  # reduction="sum": the batch's total, each row's share of it
+                per = per / tf.cast(rows[0], per.dtype)
+            per = tf.fill(rows, per)
         return per
 
     def loss_and_grads(self, x_num: Any, x_cat: Any, y: Any, weight: Any, global_batch: Any) -> Any:
@@ -291,6 +296,14 @@ class MwmsAdapter(KerasAdapter):
 
 
 _POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def _reduction(loss: Any) -> str:
+    """A Keras loss object's ``reduction`` ("" for a plain function, which is taken as a mean or per row)."""
+    try:
+        return str((loss.get_config() or {}).get("reduction") or "") if hasattr(loss, "get_config") else ""
+    except Exception:  # noqa: BLE001 - a loss without a readable config
+        return ""
 
 
 def _loss_scale_class() -> Any:

@@ -64,17 +64,10 @@ def build_default_model(inputs: InputSpec, model: ModelSpec):
     return TabularNet()
 
 
-def make_model(inputs: InputSpec, model: ModelSpec, factory: Optional[bytes], check: bool = False):
-    """The network: the user's factory's (``check``: its contract checked on two rows first, as training
-    needs it; :mod:`~sparktrain.train._executor.contract`), or the default one."""
+def make_model(inputs: InputSpec, model: ModelSpec, factory: Optional[bytes]):
     if factory:
         import cloudpickle
-
-        net = cloudpickle.loads(factory)(inputs, model)
-        if check:
-            from sparktrain.train._executor.contract import check_torch_model
-            check_torch_model(net, inputs)
-        return net
+        return cloudpickle.loads(factory)(inputs, model)
     return build_default_model(inputs, model)
 
 
@@ -144,7 +137,10 @@ class TorchAdapter(Adapter):
         import torch
 
         spec = self.spec
-        self.model = make_model(spec.inputs, spec.model, spec.model_factory, check=True).to(self.device)
+        self.model = make_model(spec.inputs, spec.model, spec.model_factory).to(self.device)
+        if spec.model_factory:  # on the rank's device, as training calls it
+            from sparktrain.train._executor.contract import check_torch_model
+            check_torch_model(self.model, spec.inputs)
         self.optimizer = self._optimizer(loop.learning_rate)
         self.loss_fn = make_loss(self.task, spec.loss_factory)
         if self.amp_dtype is torch.float16 and self.device.type == "cuda":
