@@ -256,12 +256,12 @@ def check_factories(inputs: Any, model_spec: Any, model_factory: Any, loss_facto
         import torch
 
         net = _built(model_factory, (inputs, model_spec), MODEL) if model_factory else None
-        ran = check_torch_model(net, inputs, on_driver=True) if net is not None else None
+        ran = (check_torch_model(net, inputs, on_driver=True) if net is not None else None) or ((), "")
         made = _built(loss_factory, (), LOSS) if loss_factory else None
         if made is not None:
             loss = torch_loss(_callable_loss(made, "a function or torch.nn module taking (outputs, labels)"))
             check_loss(lambda y, x: loss(torch.from_numpy(x), torch.from_numpy(y)), inputs, "torch",
-                       flat_logits=bool(ran) and ran[0] == (2,), log_probs=bool(ran) and ran[1] == "LogSoftmax")
+                       flat_logits=ran[0] == (2,), log_probs=ran[1] == "LogSoftmax")
         return
     import keras
     import tensorflow as tf
