@@ -489,3 +489,13 @@ def test_a_missing_local_source_fails_before_mlflow_and_spark(tmp_path, monkeypa
         check_local_source(DataConfig(source=source, label="y"), {"flights": lambda spark, scale: None})
     with pytest.raises(Exception, match="does not exist"):
         check_local_source(DataConfig(source=f"file://{tmp_path}/nope.parquet", label="y"))
+    (tmp_path / "my data.csv").write_text("y\n1\n")
+    for there in (f"file://localhost{tmp_path}/my%20data.csv", f"file:{tmp_path}/my%20data.csv"):
+        check_local_source(DataConfig(source=there, label="y"))  # a URI's escapes and host read as Spark reads them
+    # a master whose paths are not this machine's (Connect, YARN with HDFS as default filesystem): Spark's to say
+    from sparktrain.job import _local_files
+
+    assert _local_files("local[2]") and _local_files(None)
+    assert not _local_files("sc://host:15002") and not _local_files("yarn")
+    monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")
+    assert not _local_files("local[2]")

@@ -110,7 +110,7 @@ def run_job(cfg: JobConfig, stages: Sequence[str] = ("profile", "preprocess", "t
         check_job_paths(cfg, wanted, embedded=EMBEDDED)
     if "tune" in wanted:
         _check_tune_budget(cfg, preprocessed="preprocess" in wanted)
-    if "profile" in wanted or "preprocess" in wanted:
+    if ("profile" in wanted or "preprocess" in wanted) and spark is None and _local_files(master or cfg.spark.master):
         from sparktrain.features.load import check_local_source
 
         check_local_source(cfg.data, EMBEDDED)  # a local path that is not there: no MLflow run, no JVM
@@ -288,6 +288,16 @@ def _track_training(tracker: Any, run: Any, spark: Any, cfg: JobConfig, train: "
         if tracking_failure(exc):  # it answers, but fails (a locked sqlite store, a broken artifact store)
             raise tracking_down_error(tracker, exc, saved, "after training", answering=True) from exc
         raise
+
+
+def _local_files(master: Optional[str]) -> bool:
+    """Whether a path without a scheme names this machine's files for the session this job starts: a local
+    master, not under spark-submit (its cluster's default filesystem, HDFS, may own such paths), no Hadoop
+    configuration that could set another default filesystem."""
+    from sparktrain.session import launched_by_spark_submit
+
+    return str(master or "local").startswith("local") and not launched_by_spark_submit() and \
+        not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"))
 
 
 def _logged(stage: str, log_stage: Any, done: str) -> None:

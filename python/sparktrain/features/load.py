@@ -89,7 +89,8 @@ def catalog_tables(spark: Any) -> List[str]:
 def check_local_source(data: DataConfig, embedded: Optional[Embedded] = None) -> None:
     """Raise :class:`DatasetNotFoundError` when ``data.source`` is a local path (no scheme, no glob) that does
     not exist: before the MLflow runs and the JVM start (Spark's own error comes after both, with a Java stack
-    in its log).  A URI, a glob or an embedded dataset name is left to Spark."""
+    in its log).  A URI, a glob or an embedded dataset name is left to Spark; the caller checks only for a
+    session whose paths are this machine's (:func:`sparktrain.job.run_job`: a local master)."""
     import os
     import re
 
@@ -99,7 +100,12 @@ def check_local_source(data: DataConfig, embedded: Optional[Embedded] = None) ->
     if "://" in source or re.match(r"^[A-Za-z][\w+.-]*:", source):
         if not source.startswith("file:"):
             return
-        source = re.sub(r"^file:(//)?", "", source)
+        import urllib.parse
+
+        url = urllib.parse.urlparse(source)
+        if url.netloc not in ("", "localhost"):
+            return
+        source = urllib.parse.unquote(url.path)
     if not os.path.exists(source):
         where = "" if os.path.isabs(source) else f" (relative to the working directory {os.getcwd()})"
         raise DatasetNotFoundError(
