@@ -89,6 +89,13 @@ def test_read_spark_defaults_location(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert session.spark_defaults_path() == packaged
     assert read_spark_defaults() == {"spark.sql.session.timeZone": "UTC", "spark.task.maxFailures": "2"}
+    from sparktrain.session import LOCAL_ONLY, defaults_for
+
+    defaults = read_spark_defaults(REPO / "conf" / "spark-defaults.conf")
+    assert defaults_for("local[2]", defaults) == defaults  # a laptop's values, for local[*] only (review)
+    on_cluster = defaults_for("spark://host:7077", defaults)
+    assert "spark.sql.session.timeZone" in on_cluster and not LOCAL_ONLY & set(on_cluster)
+    assert LOCAL_ONLY <= set(defaults)  # each is in the file: a renamed key would silently apply again
     assert "cp conf/spark-defaults.conf build/dist-src/sparktrain/spark-defaults.conf" in \
         (REPO / "Makefile").read_text()  # what puts it in the wheel (make test-compat checks the built one)
 

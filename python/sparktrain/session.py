@@ -46,8 +46,19 @@ def prepare_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, current) if p)
 
 
+#: keys of spark-defaults.conf for a local[*] session only: a cluster keeps Spark's values (shuffle partitions sized
+#: for 2 cores, no UI, 2 task attempts, a 2g driver are a laptop's choices)
+LOCAL_ONLY = frozenset({"spark.sql.shuffle.partitions", "spark.ui.enabled", "spark.task.maxFailures",
+                        "spark.driver.memory"})
 #: the defaults an installed wheel carries (``make dist`` copies the checkout's ``conf/spark-defaults.conf``)
 _PACKAGE_DEFAULTS = Path(__file__).resolve().parent / "spark-defaults.conf"
+
+
+def defaults_for(master: str, settings: Mapping[str, str]) -> Dict[str, str]:
+    """``settings`` (of spark-defaults.conf) without :data:`LOCAL_ONLY` when ``master`` is not ``local*``."""
+    if str(master).startswith("local"):
+        return dict(settings)
+    return {k: v for k, v in settings.items() if k not in LOCAL_ONLY}
 
 
 def spark_defaults_path() -> Path:
@@ -115,9 +126,13 @@ def get_or_create_session(master: Optional[str] = None, app_name: str = "sparktr
         # file must not override them (only the job config's spark.conf may).
         from pyspark import SparkConf, SparkContext
         SparkContext._ensure_initialized()  # connect to spark-submit's JVM so SparkConf sees its settings
-        preset = {k for k, _ in SparkConf().getAll()}
-        settings = {k: v for k, v in settings.items() if k not in preset}
+        submitted_conf = dict(SparkConf().getAll())
+        settings = {k: v for k, v in settings.items() if k not in submitted_conf}
     remote = master is not None and master.startswith("sc://")
+    runs_on = submitted_conf.get("spark.master", "") if submitted else \
+        (master or settings.get("spark.master") or DEFAULT_MASTER)
+    if not remote:
+        settings = defaults_for(runs_on, settings)
     if remote:
         # A Spark Connect client can only set the server session's SQL settings; the rest of the
         # defaults file (driver memory, UI...) belongs to the server's own launch.
