@@ -661,3 +661,15 @@ def test_a_version_whose_s3_artifacts_are_gone_or_unreachable_is_named_before_sc
         resolve_model("models:/s3-lost/1", tracking_uri)
     assert not isinstance(down.value, ModelNotFoundError)
     assert "whose files could not be read" in str(down.value) and "nothing ran" in str(down.value)
+
+
+def test_register_from_store_given_a_file_or_an_empty_folder_says_no_saved_model(tmp_path):
+    """Review: a file (bundle.json itself) or a folder named bundle.json read as "the store did not answer"."""
+    from sparktrain.track.bundle import read_bundle
+
+    (tmp_path / "bundle.json").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x.txt").write_text("x")
+    for given in (tmp_path, tmp_path / "run" / "x.txt"):
+        with pytest.raises(ModelNotFoundError, match="no saved model at"):
+            read_bundle(str(given))

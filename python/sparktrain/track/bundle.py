@@ -218,9 +218,11 @@ def read_bundle(run_dir: str) -> Dict[str, Any]:
         try:
             with fs.open_input_stream(inner) as fh:
                 body = json.loads(fh.read())
-        except (FileNotFoundError, IsADirectoryError):
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue
         except OSError as exc:  # the store did not answer, or refused: not "no model"
+            if "is a directory" in str(exc):
+                continue
             unread.append(f"{path}: {' '.join(str(exc).split())[:300]}")
             continue
         body["_dir"] = path[: -len(BUNDLE_FILE) - 1]

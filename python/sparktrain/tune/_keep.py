@@ -116,12 +116,16 @@ def study_best(engine: Any, records: Sequence[TrialRecord], store: Optional[str]
 
 def _with_stored_model(found: EarlierBest, run_dir: str) -> EarlierBest:
     """``found`` with the model its search kept at ``run_dir``, when there is one."""
-    from sparktrain.errors import ModelNotFoundError
+    from sparktrain.errors import ModelNotFoundError, StoreReadError
     from sparktrain.track.bundle import load_model, read_bundle
 
     try:
         body = read_bundle(run_dir)
     except ModelNotFoundError:
+        return replace(found, run_dir=run_dir)
+    except StoreReadError as exc:  # the earlier search's folder cannot be read now: this search goes on without
+        log.warning("the earlier best model at %s cannot be read (%s); it is left out of the comparison",
+                    run_dir, str(exc)[:300])
         return replace(found, run_dir=run_dir)
     model = load_model(body["_dir"], body.get("files"))
     last = {k: float(v) for k, v in (body.get("history") or [{}])[-1].items()
