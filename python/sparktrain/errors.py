@@ -113,7 +113,10 @@ def _duplicate_header_hint(column: str, available: Iterable[str]) -> str:
     'id,x,x' gives x1 and x2): say so, since the file shows 'x'."""
     import re
 
-    copies = [n for n in available if re.fullmatch(re.escape(column) + r"\d+", n)]
+    names = list(available)
+    # Spark's suffix is the copy's column position: sensor1, sensor2 at other positions are the data's own names
+    copies = [n for i, n in enumerate(names) if re.fullmatch(re.escape(column) + r"\d+", n)
+              and int(n[len(column):]) == i]
     if len(copies) < 2:
         return ""
     return (f" The input's header holds '{column}' more than once: Spark's CSV reader renamed the copies "

@@ -74,6 +74,8 @@ def test_a_duplicate_csv_header_and_a_macos_header_say_why_the_column_is_missing
         check_schema(df.schema, [parse_feature({"name": "x", "type": "numeric"}, "features[0]")], label="label")
     assert "The input's header holds 'x' more than once: Spark's CSV reader renamed the copies x1, x2 " \
            "(name + column position)" in str(dup.value)
+    own = MissingColumnError("sensor", ["sensor1", "sensor2", "label"], "the input")  # the data's own names
+    assert "more than once" not in str(own) and "Did you mean 'sensor2'?" in str(own)
     with pytest.raises(MissingColumnError) as form:
         check_schema(df.schema, [parse_feature({"name": "catégorie", "type": "categorical"}, "features[0]")],
                      label="label")

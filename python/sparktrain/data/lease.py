@@ -198,11 +198,12 @@ class Lease:
                 else self.what
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             # a run's lease (what = runId) fails on its store, which the user set, not on the run id
-            raise ConfigError("store" if self.what == "runId" else self.what, _masked(self.target),
+            run_lease = self.what == "runId"
+            raise ConfigError("store" if run_lease else self.what, _masked(self.target),
                               f"could not write its lease file '{_masked(self.path)}' ({type(exc).__name__}: "
                               f"{first}); nothing was written. Fix: check that the location exists and this "
                               f"process may write there (the bucket, the credentials, the permissions), or point "
-                              f"{where} elsewhere") from exc
+                              f"{where} elsewhere", kind="parameter" if run_lease else None) from exc
         self._thread = threading.Thread(target=self._beat, name=f"sparktrain-lease-{self.what}", daemon=True)
         self._thread.start()
         return self
