@@ -90,9 +90,11 @@ class KerasAdapter(Adapter):
             if spec.model_factory:
                 import cloudpickle
 
-                from sparktrain.train._executor.contract import check_model
+                from sparktrain.train._executor.contract import check_export, check_model
                 self.model = cloudpickle.loads(spec.model_factory)(spec.inputs, spec.model)
                 check_model(self.model, spec.inputs)  # builds a model without keras.Input before its weights sync
+                if self.ctx.rank == 0:  # what scoring loads back, where the driver could not check it
+                    check_export(self.model)
             else:
                 self.model = build_default_model(spec.inputs, spec.model)
             if spec.optimizer_factory:
