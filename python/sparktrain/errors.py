@@ -244,13 +244,20 @@ class TrainingError(SparktrainError, RuntimeError):
         self._tail = "\n--- worker traceback ---\n" + remote_traceback.rstrip() if remote_traceback else ""
         super().__init__(self._text + self._tail)
 
-    def name_run(self, run_id: str) -> "TrainingError":
+    def name_run(self, run_id: str, checkpoints: Optional[int] = None) -> "TrainingError":
         """Record the failed fit's run and, unless the message says it already, how to resume it (before the
-        worker traceback).  A search trial's run (:data:`TRIAL_RUN_ID`) gets the attribute only."""
+        worker traceback).  A search trial's run (:data:`TRIAL_RUN_ID`) gets the attribute only.
+
+        ``checkpoints``: how many the run saved (``None``: unknown).  With none, fitting again with the run id
+        reuses its materialized data but trains from the first epoch, and the message says so."""
         self.run_id = run_id
         if f"runId={run_id!r}" not in self._text and not TRIAL_RUN_ID.fullmatch(run_id):
-            self._text += (f". Run {run_id} keeps its checkpoints in the store: once the cause is fixed, fit again "
-                           f"with runId={run_id!r} to resume it from the last one")
+            if checkpoints == 0:
+                self._text += (f". Run {run_id} failed before its first checkpoint: once the cause is fixed, fit "
+                               f"again with runId={run_id!r} to reuse its data (it trains from the first epoch)")
+            else:
+                self._text += (f". Run {run_id} keeps its checkpoints in the store: once the cause is fixed, fit "
+                               f"again with runId={run_id!r} to resume it from the last one")
             self.args = (self._text + self._tail,)
         return self
 

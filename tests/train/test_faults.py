@@ -111,8 +111,32 @@ def test_a_rank_whose_python_worker_died_is_named_not_its_peers_echo(spark, smal
     # the run to resume, in the message and on the error (probe D: the user had to guess among the store's runs)
     runs = [p.name for p in (tmp_path / "store").iterdir() if p.is_dir() and not p.name.startswith(("_", "."))]
     assert runs == [err.run_id], (runs, err.run_id)
-    assert f"Run {err.run_id} keeps its checkpoints in the store: once the cause is fixed, fit again with " \
-           f"runId='{err.run_id}' to resume it from the last one" in text
+    # rank 1 died in the first epoch, before any checkpoint: fitting again reuses the data, not a checkpoint
+    assert f"Run {err.run_id} failed before its first checkpoint: once the cause is fixed, fit again with " \
+           f"runId='{err.run_id}' to reuse its data (it trains from the first epoch)" in text
+
+
+def test_the_resume_advice_says_whether_the_failed_run_saved_a_checkpoint(tmp_path):
+    """With a checkpoint, fitting again with the run id resumes from it; without one, it reuses the run's data
+    and trains from the first epoch, and the message must not promise a checkpoint.  A store that cannot say
+    keeps the general wording."""
+    from sparktrain.errors import TrainingError
+    from sparktrain.train.estimator import _saved_checkpoints
+
+    store = tmp_path / "store"
+    (store / "r1" / "checkpoints").mkdir(parents=True)
+    assert _saved_checkpoints(str(store), "r1") == 0
+    none = str(TrainingError("boom", rank=1, host="h").name_run("r1", _saved_checkpoints(str(store), "r1")))
+    assert "Run r1 failed before its first checkpoint: once the cause is fixed, fit again with runId='r1' to " \
+           "reuse its data (it trains from the first epoch)" in none and "keeps its checkpoints" not in none
+    (store / "r1" / "checkpoints" / "ckpt-000003.ckpt").write_bytes(b"x")
+    (store / "r1" / "checkpoints" / ".tmp-ckpt-000004.ckpt").write_bytes(b"half")  # never counted
+    assert _saved_checkpoints(str(store), "r1") == 1
+    some = str(TrainingError("boom").name_run("r1", 1))
+    assert "Run r1 keeps its checkpoints in the store: once the cause is fixed, fit again with runId='r1' to " \
+           "resume it from the last one" in some
+    assert "keeps its checkpoints" in str(TrainingError("boom").name_run("r1", None))
+    assert _saved_checkpoints("nosuchscheme://x/store", "r1") is None  # the store cannot say: no guess
 
 
 def _keras_children():
@@ -283,7 +307,7 @@ def test_the_cli_prints_how_to_resume_a_failed_training_and_resume_continues_tha
     err = capsys.readouterr().err
     found = re.search(r"resume: sparktrain train (\S+) --set train.learning_rate=0.01 --resume (\w+)$", err.strip())
     assert found and found[1] == str(conf), err[-2000:]
-    assert "runId=" not in err and "run the resume: command below to resume it" in err  # no API advice in a shell
+    assert "runId=" not in err and "run the resume: command below to reuse its data" in err  # no API advice in a shell
     run = found[2]
     assert [p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))] == [run]
 

@@ -383,7 +383,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         try:
             result = launch(spark, plan.spec, self.callbacks, show_bar=self.show_progress)
         except TrainingError as exc:  # the run to resume, in the message and on the error
-            exc.name_run(plan.run_id)
+            exc.name_run(plan.run_id, _saved_checkpoints(plan.spec.store, plan.run_id))
             raise
         result.plan_s = planned
         return result
@@ -615,3 +615,13 @@ class KerasEstimator(_DistributedEstimator):
 
 
 attach_setters(_DistributedEstimator)
+
+
+def _saved_checkpoints(store: str, run_id: str) -> Optional[int]:
+    """How many checkpoints run ``run_id`` holds in ``store`` (``None`` when the store cannot say)."""
+    from sparktrain.data.run_store import RunStore
+
+    try:
+        return len(RunStore(store, run_id).checkpoints())
+    except Exception:  # noqa: BLE001 - a store that does not answer: the message stays the general one
+        return None
