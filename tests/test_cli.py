@@ -69,7 +69,7 @@ def test_console_script_help(tmp_path):
     assert out.startswith("usage: sparktrain [-h] [--version] [-v] COMMAND ...")
     for text in ["run ", "profile ", "preprocess ", "train ", "tune ", "score ", "mlflow-server",
                  "examples:", "sparktrain run conf/job.yaml --set train.epochs=1",
-                 "spark-submit python/sparktrain/__main__.py conf/job.yaml"]:
+                 'spark-submit "$(python -m sparktrain.jvm --entry)" conf/job.yaml']:
         assert text in out
 
 
@@ -87,7 +87,7 @@ def test_job_subcommand_help(command, capsys):
     assert "ignored when a SparkSession is already" in out
     assert "override a config key, value parsed as YAML" in out
     assert f"  sparktrain {command} conf/job.yaml --master local[2] --set data.label=price" in out
-    assert f"  spark-submit --master local[2] python/sparktrain/__main__.py {command} conf/job.yaml" in out
+    assert f'  spark-submit --master local[2] "$(python -m sparktrain.jvm --entry)" {command} conf/job.yaml' in out
 
 
 def test_score_and_server_help(capsys):
@@ -244,13 +244,15 @@ def test_profile_end_to_end(tmp_path):
 
 
 def test_spark_submit_runs_the_same_job(tmp_path):
+    """The command the help and README give a wheel user: `python -m sparktrain.jvm` for --jars, and `--entry`
+    for the script, both printed by the installed package."""
     assert SPARK_SUBMIT.is_file()
-    from sparktrain.jvm import listener_jar
-
+    rc, jar, err = _run([sys.executable, "-m", "sparktrain.jvm"], tmp_path, timeout=60)
+    assert rc == 0 and jar.strip().endswith(".jar") and Path(jar.strip()).is_file(), err
+    rc, entry, err = _run([sys.executable, "-m", "sparktrain.jvm", "--entry"], tmp_path, timeout=60)
+    assert rc == 0 and Path(entry.strip()) == REPO / "python" / "sparktrain" / "__main__.py", (entry, err)
     rc, out, err = _run([SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                         "--jars", listener_jar(required=True),
-                         REPO / "python" / "sparktrain" / "__main__.py", "profile", FLIGHTS_YAML, *NO_TRACKING],
-                        tmp_path)
+                         "--jars", jar.strip(), entry.strip(), "profile", FLIGHTS_YAML, *NO_TRACKING], tmp_path)
     assert rc == 0, err
     _assert_flights_profile(out)
     # --jars put the JVM part on spark-submit's driver: the lineage listener is registered

@@ -3,7 +3,8 @@
 The same job runs from the console script and through ``spark-submit``::
 
     sparktrain run conf/job.yaml --master local[2] --set train.epochs=2
-    spark-submit python/sparktrain/__main__.py conf/job.yaml   # a bare CONFIG means `run`
+    spark-submit --jars "$(python -m sparktrain.jvm)" "$(python -m sparktrain.jvm --entry)" conf/job.yaml
+    # (a bare CONFIG means `run`; from a checkout the script is python/sparktrain/__main__.py)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ log = logging.getLogger("sparktrain")
 _EPILOG = """examples:
   sparktrain run conf/job.yaml                           # the whole job: features, training, MLflow
   sparktrain run conf/job.yaml --set train.epochs=1      # override any key
-  spark-submit python/sparktrain/__main__.py conf/job.yaml  # the same job (a bare CONFIG means run)
+  spark-submit "$(python -m sparktrain.jvm --entry)" conf/job.yaml  # the same job (a bare CONFIG means run)
   sparktrain profile conf/job.yaml --master local[2]     # rows, label classes or moments, null counts
   sparktrain preprocess conf/job.yaml                    # features only, written to Parquet
   sparktrain preprocess conf/job.yaml --set data.source=other.csv  # any key, e.g. another input
@@ -40,7 +41,8 @@ def _add_job_args(p: argparse.ArgumentParser) -> None:
     p.description = textwrap.fill(p.description or "", 79)
     p.epilog = (f"examples:\n  sparktrain {cmd} conf/job.yaml\n"
                 f"  sparktrain {cmd} conf/job.yaml --master local[2] --set data.label=price --set train.epochs=1\n"
-                f"  spark-submit --master local[2] python/sparktrain/__main__.py {cmd} conf/job.yaml\n")
+                f"  spark-submit --master local[2] \"$(python -m sparktrain.jvm --entry)\" {cmd} conf/job.yaml\n"
+                f"  (python -m sparktrain.jvm: the listener jar for --jars; --entry: the script spark-submit runs)\n")
     p.add_argument("config", help="job config YAML, e.g. conf/job.yaml")
     p.add_argument("--master", help="Spark master URL (default: config spark.master, else local[*]); "
                                      "ignored when a SparkSession is already active (spark-submit, notebooks)")

@@ -373,14 +373,20 @@ def source_inputs(events: Iterable[Dict[str, Any]], exclude: Sequence[str] = ())
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m sparktrain.jvm [--scala 2.12]``: print the path of the listener jar for this Spark (for
-    ``spark-submit --jars``); exit 1, with the reason on stderr, when there is none."""
+    """``python -m sparktrain.jvm [--scala 2.12] [--entry]``: print the path of the listener jar for this Spark
+    (for ``spark-submit --jars``); exit 1, with the reason on stderr, when there is none.  ``--entry`` prints
+    the script ``spark-submit`` runs instead: the installed package's ``__main__.py``."""
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m sparktrain.jvm", description=main.__doc__)
     parser.add_argument("--scala", help="the Scala binary version to fit (default: this pyspark's)")
+    parser.add_argument("--entry", action="store_true",
+                        help="print the installed package's __main__.py, the script spark-submit runs")
     args = parser.parse_args(argv)
+    if args.entry:
+        print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py"))
+        return 0
     path, reason = find_listener_jar(args.scala)
     if path is None:
         print(f"sparktrain: {reason}", file=sys.stderr)

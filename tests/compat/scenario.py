@@ -127,6 +127,9 @@ def main(argv=None) -> int:
         check(spark_defaults_path() == pkg / "spark-defaults.conf" and  # probe Q: a wheel read none
               read_spark_defaults().get("spark.sql.session.timeZone") == "UTC",
               f"the wheel's spark-defaults.conf was not read ({spark_defaults_path()})")
+        entry = subprocess.run([sys.executable, "-m", "sparktrain.jvm", "--entry"], capture_output=True,
+                               text=True, timeout=120).stdout.strip()  # the script the help says to spark-submit
+        check(entry == str(pkg / "__main__.py") and Path(entry).is_file(), f"--entry printed {entry!r}")
 
         write_raw(base / "raw")
         (base / "job.yaml").write_text(job_yaml(base))
