@@ -226,6 +226,10 @@ def test_error_summary_gives_sparks_reason_not_py4js_wrapper():
     assert error_summary("plain first line.\nsecond") == "plain first line"
     assert error_summary("x" * 500, limit=10) == "x" * 10 + "..."
     assert error_summary(ValueError()) == "ValueError"
+    # typed: the type first (the form every message quoting an exception uses); a message that starts with a
+    # blank line still gives its first real line, where the old `splitlines()[0]` gave ""
+    assert error_summary(OSError("\n  disk full.\nmore"), 300, typed=True) == "OSError: disk full"
+    assert error_summary(KeyError(), typed=True) == "KeyError" and error_summary("text", typed=True) == "text"
 
 
 def test_a_source_spark_has_no_filesystem_for_names_the_connector_not_the_format(spark):

@@ -41,14 +41,17 @@ _PY4J_WRAPPER = re.compile(r"^An error occurred while calling [\w.]+\.?$")
 _JAVA_CLASS = re.compile(r"^:?\s*(?:[a-z_$][\w$]*\.)+([A-Z][\w$]*(?:Exception|Error)):\s*")
 
 
-def error_summary(exc: object, limit: int = 400) -> str:
-    """The line of a Spark error that says what went wrong, at most ``limit`` characters.
+def error_summary(exc: object, limit: int = 400, typed: bool = False) -> str:
+    """The line of an error that says what went wrong, at most ``limit`` characters: the one helper every
+    message that quotes an exception uses.
 
-    py4j's own first line (``An error occurred while calling o54.load.``)
-    names only a JVM object; Spark's reason is the Java exception's message on
-    the next line.  That line is returned instead, with the Java package cut
-    from the class name (``SparkException: [FAILED_READ_FILE...] ...``).
-    ``exc`` may be an exception or its text.
+    That is the first non-empty line, except for a Spark error: py4j's own
+    first line (``An error occurred while calling o54.load.``) names only a JVM
+    object; Spark's reason is the Java exception's message on the next line.
+    That line is returned instead, with the Java package cut from the class name
+    (``SparkException: [FAILED_READ_FILE...] ...``).  ``exc`` may be an
+    exception or its text; ``typed`` puts the exception's type before the line
+    (``ValueError: ...``; an exception without a message is its type alone).
     """
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -58,7 +61,8 @@ def error_summary(exc: object, limit: int = 400) -> str:
     if _PY4J_WRAPPER.match(line) and len(lines) > 1:
         line = _JAVA_CLASS.sub(lambda m: m.group(1) + ": ", lines[1])
     line = line.rstrip(". ")
-    return line if len(line) <= limit else line[:limit] + "..."
+    line = line if len(line) <= limit else line[:limit] + "..."
+    return f"{type(exc).__name__}: {line}" if typed and isinstance(exc, BaseException) else line
 
 
 #: how Spark (Hadoop) says it has no filesystem for a URI's scheme, and the connector each scheme needs

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional
 
+from sparktrain._internal.spark_compat import error_summary
 from sparktrain.errors import ConfigError, DatasetNotFoundError
 from sparktrain.features.sections import DataConfig
 
@@ -133,7 +134,7 @@ def _read_files(spark: Any, path: str, data: DataConfig) -> Any:
         if no_connector is not None:
             raise ConfigError("data.source", path, no_connector) from exc
         key, value = ("data.options", dict(data.options)) if data.options else ("data.source", path)
-        raise ConfigError(key, value, f"Spark cannot read '{path}' as {data.format}: {_first_line(exc)}. "
+        raise ConfigError(key, value, f"Spark cannot read '{path}' as {data.format}: {error_summary(exc)}. "
                                       f"Fix data.format or data.options") from exc
 
 
@@ -151,7 +152,7 @@ def _read_table(spark: Any, name: str) -> Any:
                               f"no such table or view in the catalog (tables and views: {listing}). Fix the "
                               f"name, save the table first (df.write.saveAsTable), or read files with "
                               f"data.source") from exc
-        raise ConfigError("data.table", name, f"Spark cannot read it: {_first_line(exc)}") from exc
+        raise ConfigError("data.table", name, f"Spark cannot read it: {error_summary(exc)}") from exc
 
 
 def _run_query(spark: Any, query: str) -> Any:
@@ -162,7 +163,7 @@ def _run_query(spark: Any, query: str) -> Any:
             raise
         tables = catalog_tables(spark)
         raise ConfigError("data.query", query,
-                          f"Spark cannot run it: {_first_line(exc)}. Tables and views the query can use: "
+                          f"Spark cannot run it: {error_summary(exc)}. Tables and views the query can use: "
                           f"{', '.join(tables) if tables else 'none'}") from exc
 
 
@@ -177,12 +178,6 @@ def _condition(exc: BaseException) -> Any:
     if isinstance(exc, Py4JJavaError):
         return ""
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    from sparktrain._internal.spark_compat import error_summary
-
-    return error_summary(exc)
 
 
 __all__ = ["Embedded", "EmbeddedLoader", "catalog_tables", "load_input"]

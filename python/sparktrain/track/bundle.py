@@ -41,6 +41,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from sparktrain._internal.secrets import MASK, mask_config, mask_strings, mask_value
+from sparktrain._internal.spark_compat import error_summary
 from sparktrain.features.load import Embedded
 
 log = logging.getLogger(__name__)
@@ -439,7 +440,7 @@ def tracking_down_error(tracker: Any, exc: BaseException, saved: str, when: str,
     from sparktrain.errors import TrackingDownError
     from sparktrain.track.params import mask_url_password
 
-    tracker.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+    tracker.mark_down(error_summary(exc, 300))
     run_dir = saved.rstrip("/").rsplit("/", 1)[0]
     uri = mask_url_password(tracker.uri)
     what = (f"MLflow at {uri} failed {when} ({tracker.down}; it answers, but its store or artifact store does not "

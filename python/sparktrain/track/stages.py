@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional
 
 import pyarrow.fs as pafs
 
+from sparktrain._internal.spark_compat import error_summary
 from sparktrain.data import _fs
 from sparktrain.features.load import Embedded
 from sparktrain.track.tracker import JobTracker, MlflowCallback, StageRun
@@ -80,9 +81,8 @@ def raw_input_example(spark: Any, cfg: Any, dataset_root: str, rows: int = 5, em
         df = load_input(spark, replace(cfg.data, scale=1), embedded)
         return df.select([_as_signature_type(df, c, spark_type(t), try_cast) for c, t in cols]).limit(rows).toPandas()
     except Exception as exc:  # the example is a convenience: never fail the job on it
-        first = str(exc).splitlines()[0][:300] if str(exc) else ""
         log.warning("the model is logged without an input example: its raw rows could not be read as its "
-                    "signature's types (%s: %s)", type(exc).__name__, first)
+                    "signature's types (%s)", error_summary(exc, 300, typed=True))
         return None
 
 

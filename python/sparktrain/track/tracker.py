@@ -14,6 +14,7 @@ import traceback
 from typing import Any, Dict, Iterator, Mapping, Optional, Set
 
 from sparktrain._internal.secrets import mask_config, mask_value
+from sparktrain._internal.spark_compat import error_summary
 from sparktrain.errors import TrackingError
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ class MlflowCallback:
                 else:
                     self._log_epoch(item[1], item[2])
             except Exception as exc:  # noqa: BLE001 - an outage must not reach training
-                self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                self.failure = error_summary(exc, 300, typed=True)
                 log.warning("MLflow did not take the metrics of run %s (%s); training goes on, the epochs are "
                             "in the store's history", self.run_id, self.failure)
             finally:
@@ -318,7 +319,7 @@ class JobTracker:
             raise TrackingError(
                 f"MLflow at {mask_value(self.uri)} cannot store artifacts for experiment "
                 f"'{self.cfg.tracking.experiment}' (its artifact location {mask_value(str(location))}; "
-                f"{type(exc).__name__}: {mask_value(str(exc).splitlines()[0][:300] if str(exc) else '')}). Nothing "
+                f"{mask_value(error_summary(exc, 300, typed=True))}). Nothing "
                 f"ran. Fix: make that location writable (a server's --artifacts-destination), or name a new "
                 f"tracking.experiment (with tracking.artifact_location)") from exc
         self.parent = run

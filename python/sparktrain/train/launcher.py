@@ -130,7 +130,7 @@ def launch(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback] = (), 
                                     host=exc.host) from exc
             relaunches += 1
             log.warning("run %s: a rank failed (%s) and only %d slot(s) are free: continuing on %d worker(s) from "
-                        "the last checkpoint", spec.run_id, str(exc).splitlines()[0][:200], free, free)
+                        "the last checkpoint", spec.run_id, spark_compat.error_summary(exc, 200), free, free)
             spec = spec.with_workers(free)
             sizes.append(free)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from sparktrain._internal.secrets import mask_strings
+from sparktrain._internal.spark_compat import error_summary
 from sparktrain.data.run_store import RUN_FILE, RunStore
 from sparktrain.errors import ConfigError, DataError, MissingColumnError, RunMismatchError
 from sparktrain.features._sql import quote
@@ -381,7 +382,7 @@ def float_label_is_01(spark: Any, train_path: str, label: str) -> bool:
         check_spark_path(spark, train_path, "dataset", "the dataset")
     except ConfigError as exc:
         log.info("Spark has no filesystem for %s (%s): scanning label '%s' through pyarrow", train_path,
-                 str(exc).splitlines()[0][:120], label)
+                 error_summary(exc, 120), label)
         return _label_is_01_arrow(train_path, label)
     y = F.col(f"`{label}`")
     try:

@@ -219,7 +219,7 @@ class SearchLoop:
                             cancel(trial.number, "was interrupted")
                     except Exception as cancel_exc:  # noqa: BLE001 - the first error is the one to see
                         log.warning("trial %d: could not cancel its Spark job: %s", trial.number,
-                                    _first_line(cancel_exc))
+                                    spark_compat.error_summary(cancel_exc, 1000, typed=True))
                 for trial in running.values():  # their tasks end before the caller sees the interrupt
                     try:
                         ended = spark_compat.wait_group_ended(self.spark, trial.group, _INTERRUPT_WAIT_S)
@@ -321,7 +321,7 @@ class SearchLoop:
         except Exception as exc:  # noqa: BLE001 - a failed trial is data, the search goes on
             import traceback as _tb
 
-            error, tb = _first_line(exc), "".join(_tb.format_exception(exc))
+            error, tb = spark_compat.error_summary(exc, 1000, typed=True), "".join(_tb.format_exception(exc))
             status = FAILED
             stop = _stops_the_search(self.spark, exc, trial.number)
         if self.pruning:
@@ -411,12 +411,6 @@ def _stops_the_search(spark, exc: BaseException, number: int) -> Optional[Search
                               f"{spark_compat.CONNECT_RETRY_S} s ({spark_compat.error_summary(lost, 200)})")
     stop.__cause__ = lost
     return stop
-
-
-def _first_line(exc: BaseException) -> str:
-    from sparktrain._internal.spark_compat import error_summary
-
-    return f"{type(exc).__name__}: {error_summary(exc, limit=1000)}"[:1000]
 
 
 def _short(params: Dict[str, Any]) -> str:

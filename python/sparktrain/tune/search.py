@@ -305,7 +305,7 @@ def _tracking_down(tracker: Any, exc: Exception, saved: Optional[str], result: S
     if saved is not None:
         return tracking_down_error(tracker.job, exc, saved, f"after the search (best: trial {result.best_number})",
                                    result=result)
-    tracker.job.mark_down(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+    tracker.job.mark_down(spark_compat.error_summary(exc, 300))
     return TrackingDownError(
         f"the MLflow tracking server at {mask_url_password(tracker.uri)} stopped answering after the search "
         f"({tracker.job.down}). The trials' results are in the search's table (best: trial {result.best_number}); "

@@ -20,6 +20,7 @@ from typing import Any, Callable, List
 
 import numpy as np
 
+from sparktrain._internal.spark_compat import error_summary
 from sparktrain.errors import ConfigError
 from sparktrain.train._executor.spec import InputSpec
 
@@ -33,8 +34,7 @@ def _first_line(exc: BaseException, limit: int = 300) -> str:
     """``TypeName: first line`` of ``exc``, masked (a bare ``assert`` has no message)."""
     from sparktrain._internal.secrets import mask_value
 
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {mask_value(lines[0][:limit])}" if lines else type(exc).__name__
+    return mask_value(error_summary(exc, limit, typed=True))
 
 
 def describe_inputs(inputs: InputSpec) -> str:
