@@ -325,8 +325,60 @@ def test_a_vector_column_trains_and_scores_with_spark_evaluators(spark, mixed, t
                                         r"but a batch has 3"):
         model.transform(wide).collect()
     with pytest.raises(ColumnClashError, match=r"^the DataFrame to score already has column\(s\) prediction that the "
-                                               r"model adds; drop or rename them, or set predictionCol"):
+                                               r"model adds; drop or rename them, or give the model other names "
+                                               r"\(model.setPredictionCol"):
         model.transform(scored.select("id", "features", "flag", "amount", "label", "prediction"))
+
+
+@pytest.mark.torch
+def test_the_model_reads_its_column_params_as_spark_ml_models_do(spark, mixed, torch_model, caplog):
+    """Probe S: a model's featuresCol/numericCols were shown by getFeaturesCol() but ignored by transform,
+    which read the trained names (a stale 'features' column scored every row alike); the output setters the
+    clash error advised did not exist; predictionCol '' added a column named ''; a join's duplicate input
+    failed inside Spark's Arrow reader."""
+    import logging
+
+    from pyspark.sql import functions as F
+
+    from sparktrain.errors import ConfigError, DuplicateColumnError, MissingColumnError
+
+    model, _ = torch_model
+    reference = model.transform(mixed).select("id", "probability").orderBy("id").toPandas()["probability"]
+    from pyspark.ml.functions import array_to_vector
+
+    renamed = (mixed.withColumnRenamed("features", "scaled").withColumnRenamed("flag", "f2")  # stale copies:
+               .withColumn("features", array_to_vector(F.array(F.lit(0.0), F.lit(0.0))))
+               .withColumn("flag", F.lit(True)))
+    moved = model.copy().setFeaturesCol("scaled").setNumericCols(["f2", "amount"])
+    assert moved.getFeaturesCol() == "scaled" and model.getFeaturesCol() != "scaled"  # copy() left model alone
+    got = moved.transform(renamed).select("id", "probability").orderBy("id").toPandas()["probability"]
+    np.testing.assert_allclose(got, reference, atol=1e-6)
+    by_map = model.transform(renamed, {model.featuresCol: "scaled", model.numericCols: ["f2", "amount"]})
+    np.testing.assert_allclose(by_map.select("id", "probability").orderBy("id").toPandas()["probability"],
+                               reference, atol=1e-6)
+    stale = model.transform(renamed).select("id", "probability").orderBy("id").toPandas()["probability"]
+    assert np.abs(stale - reference).max() > 0.2  # unset, the trained names are read: the stale columns
+
+    with pytest.raises(ConfigError, match=r"'numericCols' = \['f2'\]: the model was trained on 2 such column\(s\) "
+                                          r"\(flag, amount\): give one column per trained input"):
+        model.copy().setNumericCols(["f2"]).transform(renamed)
+    with pytest.raises(MissingColumnError, match=r"column 'nope' is not in the DataFrame to score \(featuresCol, "
+                                                 r"the model's input 'features'\)"):
+        model.copy().setFeaturesCol("nope").transform(renamed)
+
+    named = model.copy().setPredictionCol("p2").setProbabilityCol("").setRawPredictionCol("raw2")
+    assert named.transform(mixed).columns[-2:] == ["p2", "raw2"]
+    no_prediction = model.copy().setPredictionCol("").transform(mixed)
+    assert "" not in no_prediction.columns and no_prediction.columns[-2:] == ["probability", "rawPrediction"]
+    with caplog.at_level(logging.WARNING, logger="sparktrain.train.model"):
+        nothing = model.copy().setPredictionCol("").setProbabilityCol("").setRawPredictionCol("").transform(mixed)
+    assert nothing.columns == mixed.columns
+    assert any("adds no column: predictionCol, probabilityCol and rawPredictionCol are all empty" in r.getMessage()
+               for r in caplog.records)
+
+    joined = mixed.join(mixed.select("id", "flag"), "id")  # both sides keep 'flag', an input
+    with pytest.raises(DuplicateColumnError, match=r"the DataFrame to score has more than one column named 'flag'"):
+        model.transform(joined)
 
 
 @pytest.mark.slow  # TensorFlow's import and a Keras fit: ~30 s on a quiet machine

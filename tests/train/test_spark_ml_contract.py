@@ -227,3 +227,43 @@ def test_train_validation_split_with_a_multiclass_evaluator(spark, tmp_path):
     low, high = tvs.validationMetrics
     assert high > low + 0.2 and high > 0.8, tvs.validationMetrics
     assert tvs.bestModel.inputs.task == "multiclass" and tvs.bestModel.inputs.num_classes == 3
+
+
+def linear_net(inputs, model_spec):  # a factory of the user's own, at module level as Spark ML users write it
+    import torch
+
+    return torch.nn.Linear(inputs.numeric_width, 1)
+
+
+def test_a_saved_estimator_keeps_no_secret_and_a_dropped_factory_refuses_the_fit_until_set(spark, tmp_path):
+    """Probe S: a Pipeline (or CrossValidator) holding the estimator wrote the store's password in clear, and
+    after load the custom network was gone: fit() trained the default MLP without a word.  Now the params are
+    masked, the metadata records the dropped factory, and the loaded estimator refuses to fit until the factory
+    is set again (or cleared), and until the masked store is given again."""
+    from pyspark.ml import Pipeline
+
+    from sparktrain.train.estimator import TorchEstimator
+
+    est = _est(tmp_path, store="s3://ana:hunter2@bucket/store", epochs=2).setModelFactory(linear_net)
+    path = tmp_path / "pipeline"
+    with pytest.warns(UserWarning, match=r"saving TorchEstimator without its model factory .*linear_net"):
+        Pipeline(stages=[est]).write().save(str(path))
+    written = "".join(p.read_text() for p in path.rglob("part-*"))
+    assert "hunter2" not in written and "s3://ana:***@bucket/store" in written and "linear_net" in written
+
+    loaded = Pipeline.load(str(path)).getStages()[0]
+    assert isinstance(loaded, TorchEstimator) and loaded.getEpochs() == 2 and loaded.uid == est.uid
+    df = spark.range(10).selectExpr("cast(id as double) as x", "cast(id % 2 as double) as label")
+    with pytest.raises(ConfigError, match=r"'setModelFactory' = '.*linear_net': this TorchEstimator was saved with "
+                                          r"the model factory .*linear_net, which is code and was not persisted; "
+                                          r"without it fit\(\) would train the default network. Fix: call "
+                                          r"setModelFactory\(linear_net\) again after load\(\)"):
+        loaded.fit(df)
+    again = tmp_path / "again"  # saved again before the factory is set: the record stays
+    loaded.write().save(str(again))
+    assert TorchEstimator.load(str(again))._unrestored == {"model": loaded._unrestored["model"]}
+    loaded.setModelFactory(linear_net)
+    with pytest.raises(ConfigError, match=r"'store' = 's3://ana:\*\*\*@bucket/store': its credentials are masked"):
+        loaded.fit(df)  # the factory is back; the store's password is not
+    cleared = TorchEstimator.load(str(again)).setModelFactory(None)  # the default network, said explicitly
+    cleared._check_factories_restored()

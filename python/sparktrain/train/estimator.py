@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator
-from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable
+from pyspark.ml.util import DefaultParamsReadable, DefaultParamsReader, DefaultParamsWritable, DefaultParamsWriter
 
 from sparktrain._internal.secrets import mask_strings
 from sparktrain.errors import ConfigError, RunMismatchError, SchemaError, TrainingError
@@ -74,6 +74,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self._model_factory: Optional[Callable] = None
         self._loss_factory: Optional[Callable] = None
         self._optimizer_factory: Optional[Callable] = None
+        self._unrestored: Dict[str, str] = {}  # {kind: qualname} of factories a loaded save dropped
         self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
     @keyword_only
@@ -126,15 +127,38 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         return self._set(rawPredictionCol=value)
 
     def write(self) -> Any:
-        """Spark ML's writer; factories are not persisted, and a warning names each one that is dropped."""
-        dropped = [name for name, fn in (("model", self._model_factory), ("loss", self._loss_factory),
-                                         ("optimizer", self._optimizer_factory)) if fn is not None]
+        """Spark ML's writer (also what a Pipeline, CrossValidator or TrainValidationSplit holding this estimator
+        saves).  Params are written masked (a store URI's password stays out).  Factories are code, not Params:
+        a warning names each one that is dropped, and the metadata records it, so that the loaded estimator
+        refuses to fit until it is set again (:meth:`_check_factories_restored`)."""
+        dropped = {name: _qualname(fn) for name, fn in self._factories().items() if fn is not None}
         if dropped:
-            names = ", ".join(f"{n} factory {_qualname(getattr(self, '_' + n + '_factory'))}" for n in dropped)
+            names = ", ".join(f"{n} factory {q}" for n, q in dropped.items())
             warnings.warn(f"saving {type(self).__name__} without its {names}: factories are code, not Params, "
                           "and are not persisted; call setModelFactory/setLossFactory/setOptimizerFactory again "
                           "after load()", UserWarning, stacklevel=2)
-        return super().write()
+        return _EstimatorWriter(self, {**self._unrestored, **dropped})
+
+    @classmethod
+    def read(cls) -> Any:
+        return _EstimatorReader(cls)
+
+    def _factories(self) -> Dict[str, Optional[Callable]]:
+        return {"model": self._model_factory, "loss": self._loss_factory, "optimizer": self._optimizer_factory}
+
+    def _check_factories_restored(self) -> None:
+        """Refuse to fit an estimator loaded from a save that dropped a factory, until each is set again (or
+        cleared with ``setXFactory(None)``): fitting it would train the default network, silently."""
+        if self._unrestored:
+            setters = {"model": "setModelFactory", "loss": "setLossFactory", "optimizer": "setOptimizerFactory"}
+            kind, name = next(iter(self._unrestored.items()))
+            raise ConfigError(setters[kind], name,
+                              f"this {type(self).__name__} was saved with the {kind} factory {name}, which is code "
+                              f"and was not persisted; without it fit() would train the default "
+                              f"{'network' if kind == 'model' else kind}. Fix: call "
+                              f"{setters[kind]}({name.rsplit('.', 1)[-1]}) "
+                              f"again after load(), or {setters[kind]}(None) to fit with the default",
+                              kind="parameter")
 
     def setCallbacks(self, callbacks: Sequence[TrainingCallback]) -> "_DistributedEstimator":
         """Objects with ``on_step``/``on_epoch`` that receive live metrics (not persisted)."""
@@ -152,6 +176,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         must also save and load back (custom layers registered with
         ``@keras.saving.register_keras_serializable()``).
         """
+        self._unrestored.pop("model", None)
         self._model_factory = _factory(fn, "setModelFactory", 2, "fn(inputs, model_spec) returning the network")
         return self
 
@@ -165,11 +190,13 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         usage = "fn() returning the loss, e.g. lambda: " + (
             "keras.losses.BinaryCrossentropy(from_logits=True)" if self._framework == "keras"
             else "lambda outputs, labels: F.binary_cross_entropy_with_logits(outputs.reshape(-1), labels)")
+        self._unrestored.pop("loss", None)
         self._loss_factory = _factory(fn, "setLossFactory", 0, usage)
         return self
 
     def setOptimizerFactory(self, fn: Callable) -> "_DistributedEstimator":
         """Torch: ``fn(parameters, lr)``; Keras: ``fn(lr)`` returning an optimizer (not persisted)."""
+        self._unrestored.pop("optimizer", None)
         if self._framework == "keras":
             self._optimizer_factory = _factory(fn, "setOptimizerFactory", 1, "fn(lr) returning a Keras optimizer, "
                                                                               "e.g. lambda lr: keras.optimizers."
@@ -208,8 +235,15 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
 
     def _check_store(self, dataset: Any) -> None:
         """Refuse a store that is a file, overlaps the dataset or cannot be written (before anything is written)."""
+        from sparktrain._internal.secrets import MASK
         from sparktrain.data.guard import check_store_location
 
+        if MASK in self.getStore():  # loaded from a save, which writes no secret
+            raise ConfigError("store", self.getStore(),
+                              f"its credentials are masked ({MASK}): a saved estimator, Pipeline or CrossValidator "
+                              f"never writes a secret, so a loaded one has none. Fix: setStore(...) again with the "
+                              f"credentials, or give them to the filesystem another way (AWS_ACCESS_KEY_ID and "
+                              f"AWS_SECRET_ACCESS_KEY, an instance profile)", kind="parameter")
         root = getattr(dataset, "path", dataset)
         check_store_location(self._store_uri(), "store",
                              dataset=os.fspath(root) if isinstance(root, (str, os.PathLike)) else None)
@@ -276,6 +310,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
     def _fit(self, dataset: Any) -> _DistributedModel:
         from sparktrain.data.run_store import RunStore
 
+        self._check_factories_restored()
         explicit = self.isSet(self.runId)
         run_id = self.getRunId() if explicit else plan_mod.new_run_id()
         self._check_store(dataset)  # before the claim writes the run's lease: a file or read-only store is named
@@ -625,3 +660,33 @@ def _saved_checkpoints(store: str, run_id: str) -> Optional[int]:
         return len(RunStore(store, run_id).checkpoints())
     except Exception:  # noqa: BLE001 - a store that does not answer: the message stays the general one
         return None
+
+
+class _EstimatorWriter(DefaultParamsWriter):
+    """Spark ML's params writer, with the values masked and the dropped factories recorded."""
+
+    def __init__(self, instance: _DistributedEstimator, dropped: Dict[str, Optional[str]]) -> None:
+        super().__init__(instance)
+        self.dropped = dropped
+
+    def saveImpl(self, path: str) -> None:
+        params = mask_strings({p.name: v for p, v in self.instance._paramMap.items()})
+        extra = {"droppedFactories": self.dropped} if self.dropped else None
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession, extraMetadata=extra,
+                                         paramMap=params)
+
+
+class _EstimatorReader(DefaultParamsReader):
+    """Spark ML's params reader; keeps the record of the factories the save dropped."""
+
+    def load(self, path: str) -> Any:
+        from sparktrain.data import _fs
+        from sparktrain.train.model import read_metadata
+
+        instance = super().load(path)
+        try:
+            meta = read_metadata(*_fs.resolve(path)) or {}
+        except Exception:  # noqa: BLE001 - a scheme pyarrow has no filesystem for: Spark reads it
+            meta = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        instance._unrestored = {k: str(v) for k, v in (meta.get("droppedFactories") or {}).items()}
+        return instance

@@ -24,7 +24,8 @@ from pyspark.ml import Model
 from pyspark.ml.util import DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader, MLWritable, MLWriter
 
 from sparktrain._internal.secrets import mask_strings
-from sparktrain.errors import ColumnClashError, DataError, MissingColumnError, NotFittedError, SchemaError
+from sparktrain.errors import (ColumnClashError, ConfigError, DataError, DuplicateColumnError, MissingColumnError,
+                               NotFittedError, SchemaError)
 from sparktrain.train._executor.spec import InputSpec
 from sparktrain.train.params import _ModelParams
 
@@ -65,13 +66,68 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         """Spark ML spelling of :attr:`labels` (as ``StringIndexerModel.labels``)."""
         return self.labels
 
+    # Spark ML's setters: each returns the model (``model.setPredictionCol("p2").transform(df)``)
+    def setFeaturesCol(self, value: str) -> "_DistributedModel":
+        """Read the float block from column ``value`` (trained on another name: the same block, renamed)."""
+        return self._set(featuresCol=value)
+
+    def setNumericCols(self, value: List[str]) -> "_DistributedModel":
+        """Read the numeric inputs from these columns, one per trained numeric input, in its order."""
+        return self._set(numericCols=value)
+
+    def setCategoricalCols(self, value: List[str]) -> "_DistributedModel":
+        """Read the categorical inputs from these columns, one per trained categorical input, in its order."""
+        return self._set(categoricalCols=value)
+
+    def setPredictionCol(self, value: str) -> "_DistributedModel":
+        """Name of the prediction column ``transform`` adds ('' adds none)."""
+        return self._set(predictionCol=value)
+
+    def setProbabilityCol(self, value: str) -> "_DistributedModel":
+        """Name of the probability column ``transform`` adds ('' adds none)."""
+        return self._set(probabilityCol=value)
+
+    def setRawPredictionCol(self, value: str) -> "_DistributedModel":
+        """Name of the raw prediction (logit) column ``transform`` adds ('' adds none)."""
+        return self._set(rawPredictionCol=value)
+
+    def _input_sources(self) -> Dict[str, str]:
+        """``{trained input: the DataFrame column to read it from}``, from the column Params.
+
+        As in Spark ML, a model reads ``$(featuresCol)``: set to another name than the one it was trained on,
+        the block is read from that column; ``numericCols``/``categoricalCols`` rename the trained columns one
+        to one, in order.  A value that cannot be such a renaming is refused, naming the Param."""
+        assert self.inputs is not None  # for mypy; callers check
+        out: Dict[str, str] = {}
+        features = self.getFeaturesCol()
+        blocks = [c for c, _ in self.inputs.vectors]
+        if features and features not in blocks:
+            if len(blocks) != 1:
+                raise ConfigError("featuresCol", features,
+                                  f"the model was trained on {len(blocks)} float blocks "
+                                  f"({', '.join(blocks) or 'none'}), so featuresCol cannot say which one "
+                                  f"'{features}' replaces. Fix: rename the column in the DataFrame "
+                                  f"(withColumnRenamed) to the trained name, or leave featuresCol as it was")
+            out[blocks[0]] = features
+        for param, trained in (("numericCols", list(self.inputs.numeric)),
+                               ("categoricalCols", [c for c, _ in self.inputs.categorical])):
+            given = list(self.getOrDefault(param)) if self.isDefined(param) else trained
+            if given == trained:
+                continue
+            if len(given) != len(trained):
+                raise ConfigError(param, given, f"the model was trained on {len(trained)} such column(s) "
+                                                f"({', '.join(trained) or 'none'}): give one column per trained "
+                                                f"input, in that order, to read them from other columns")
+            out.update({t: g for t, g in zip(trained, given) if t != g})
+        return out
+
     def _output_columns(self) -> List[Any]:
-        """``[(column, Spark type)]`` that ``transform`` adds (``rawPredictionCol`` "" adds no raw column)."""
+        """``[(column, Spark type)]`` that ``transform`` adds (an empty name adds no column, as in Spark ML)."""
         from pyspark.sql.types import ArrayType, DoubleType, StringType
 
         assert self.inputs is not None  # for mypy; callers check
         pred_type = StringType() if self.inputs.prediction_type == "string" else DoubleType()
-        out: List[Any] = [(self.getPredictionCol(), pred_type)]
+        out: List[Any] = [(self.getPredictionCol(), pred_type)] if self.getPredictionCol() else []
         per_class = DoubleType() if self.inputs.task == "binary" else ArrayType(DoubleType())
         if self.inputs.task != "regression":  # an empty column name adds no column (Spark ML's convention)
             out += [(c, per_class) for c in (self.getProbabilityCol(), self.getRawPredictionCol()) if c]
@@ -89,16 +145,34 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         """``transform``; without ``decode``, ``prediction`` is the class index (for indexed splits)."""
         self._require_fitted()
         assert self.model_bytes is not None and self.inputs is not None  # for mypy; checked above
+        read = self._input_sources()
         for col in self.inputs.columns:
-            if col not in dataset.columns:
-                raise MissingColumnError(col, dataset.columns, where="the DataFrame to score")
-        clash = [n for n, _ in self._output_columns() if n in dataset.columns]
+            column = read.get(col, col)
+            if column not in dataset.columns:
+                param = next((p for p, names in (("featuresCol", [c for c, _ in self.inputs.vectors]),
+                                                  ("numericCols", self.inputs.numeric),
+                                                  ("categoricalCols", [c for c, _ in self.inputs.categorical]))
+                              if col in names and col in read), None)
+                raise MissingColumnError(column, dataset.columns, where="the DataFrame to score" +
+                                         (f" ({param}, the model's input '{col}')" if param else ""))
+        outputs = [n for n, _ in self._output_columns()]
+        DuplicateColumnError.check([c for c in dataset.columns if c in set(read.get(i, i) for i in
+                                                                            self.inputs.columns) | set(outputs)],
+                                   "the DataFrame to score")
+        clash = [n for n in outputs if n in dataset.columns]
         if clash:
             raise ColumnClashError(clash, "the DataFrame to score", "the model",
-                                   "drop or rename them, or set predictionCol, probabilityCol or rawPredictionCol "
-                                   "to other names ('' adds no column)")
+                                   "drop or rename them, or give the model other names (model.setPredictionCol, "
+                                   "setProbabilityCol, setRawPredictionCol; '' adds no column)")
+        if not outputs:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "%s.transform() adds no column: predictionCol, probabilityCol and rawPredictionCol are all empty; "
+                "the DataFrame is returned as it is", type(self).__name__)
+            return dataset
         inputs = self.inputs if decode else replace(self.inputs, classes=())
-        prepared, sources = scoring_frame(dataset, inputs)
+        prepared, sources = scoring_frame(dataset, inputs, read)
         # mapInArrow resolves every column by name, and a name with a dot reads as a struct field: the function
         # sees positional names, and writes the DataFrame's own names back
         safe = [f"__sparktrain_c{i}" for i in range(len(prepared.columns))]
@@ -130,10 +204,12 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
         return _ModelReader(cls)
 
 
-def scoring_frame(df: Any, inputs: InputSpec) -> Tuple[Any, Dict[str, str]]:
+def scoring_frame(df: Any, inputs: InputSpec, read: Optional[Dict[str, str]] = None
+                  ) -> Tuple[Any, Dict[str, str]]:
     """``df`` plus the inputs the network reads converted in Spark, and ``{input: column to read}``.
 
-    A float block (a Spark ML vector or a numeric array) becomes an
+    ``read`` maps an input to the column of ``df`` that holds it when the names differ (the model's column
+    Params).  A float block (a Spark ML vector or a numeric array) becomes an
     ``array<float>`` column (``vector_to_array``); a boolean, decimal or
     integer numeric input becomes a double.  The added columns come after
     ``df``'s and are dropped again by the scoring function.
@@ -143,33 +219,35 @@ def scoring_frame(df: Any, inputs: InputSpec) -> Tuple[Any, Dict[str, str]]:
     from sparktrain.features._sql import quote
     from sparktrain.train.frame import column_kind, is_vector
 
-    types = {f.name: f.dataType for f in df.schema.fields}
-    extra, sources = [], {}
+    read = dict(read or {})
+    types = {name: f.dataType for name in inputs.columns for f in df.schema.fields if f.name == read.get(name, name)}
+    extra, sources = [], dict(read)
     for i, (col, width) in enumerate(inputs.vectors):
-        t = types[col]
+        t, name = types[col], read.get(col, col)
         if column_kind(t) != "block":
-            raise SchemaError(f"column '{col}' of the DataFrame to score has type {t.simpleString()}; the model "
+            raise SchemaError(f"column '{name}' of the DataFrame to score has type {t.simpleString()}; the model "
                               f"reads it as a float block of {width} values (a Spark ML vector or an array of "
                               f"numbers)")
         tmp = f"__sparktrain_in{i}"
         if is_vector(t):
             from pyspark.ml.functions import vector_to_array
 
-            extra.append(vector_to_array(F.col(quote(col)), "float32").alias(tmp))
+            extra.append(vector_to_array(F.col(quote(name)), "float32").alias(tmp))
         else:
-            extra.append(F.col(quote(col)).cast("array<float>").alias(tmp))
+            extra.append(F.col(quote(name)).cast("array<float>").alias(tmp))
         sources[col] = tmp
     for col in [*inputs.numeric, *(c for c, _ in inputs.categorical)]:
+        name = read.get(col, col)
         if column_kind(types[col]) not in ("numeric", "categorical"):  # a cast would fail on 'abc', unnamed
             kind = "a number" if col in inputs.numeric else "a category index (a whole number)"
-            raise SchemaError(f"column '{col}' of the DataFrame to score has type {types[col].simpleString()}; the "
+            raise SchemaError(f"column '{name}' of the DataFrame to score has type {types[col].simpleString()}; the "
                               f"model reads it as {kind}, as in training. Cast it in Spark first "
-                              f"(F.col('{col}').cast('double'); try_cast turns a malformed value into null, which "
+                              f"(F.col('{name}').cast('double'); try_cast turns a malformed value into null, which "
                               f"handleInvalid then skips or keeps)")
     for i, col in enumerate(inputs.numeric):
         if types[col].typeName() not in ("float", "double"):
             tmp = f"__sparktrain_num{i}"
-            extra.append(F.col(quote(col)).cast("double").alias(tmp))
+            extra.append(F.col(quote(read.get(col, col))).cast("double").alias(tmp))
             sources[col] = tmp
     return (df.select("*", *extra) if extra else df), sources
 
@@ -233,8 +311,9 @@ def make_scoring_function(framework: str, model_bytes: bytes, inputs: InputSpec,
             n = rows.num_columns if keep is None else keep
             cols = [rows.column(i) for i in range(n)]
             out_names = list(names if names is not None else rows.schema.names)[:n]
-            cols.append(_output_column(out.get("prediction", []), pred_type, pred_type, spread))
-            out_names.append(prediction_col)
+            if prediction_col:  # '' adds no column, as in Spark ML
+                cols.append(_output_column(out.get("prediction", []), pred_type, pred_type, spread))
+                out_names.append(prediction_col)
             if inputs.task != "regression":
                 per_class = pa.float64() if inputs.task == "binary" else pa.list_(pa.float64())
                 for name, col_name in (("probability", probability_col), ("rawPrediction", raw_col)):
@@ -309,19 +388,26 @@ class _ModelWriter(MLWriter):
 def _saved_model(fs: Any, inner: str) -> bool:
     """Whether the folder ``inner`` holds a saved sparktrain model: Spark ML's ``metadata/part-*`` naming a
     ``sparktrain.`` class."""
+    return str((read_metadata(fs, inner) or {}).get("class", "")).startswith("sparktrain.")
+
+
+def read_metadata(fs: Any, inner: str) -> Optional[Dict[str, Any]]:
+    """Spark ML's saved metadata (``metadata/part-*``, one JSON line) of the folder ``inner`` on ``fs``, read
+    through pyarrow (the same on every Spark line and over Spark Connect); ``None`` when there is none."""
     import json
 
     from pyarrow import fs as pafs
 
-    parts = [e for e in fs.get_file_info(pafs.FileSelector(f"{inner}/metadata", allow_not_found=True))
-             if e.type == pafs.FileType.File and e.base_name.startswith("part-")]
-    if not parts:
-        return False
     try:
-        with fs.open_input_stream(parts[0].path) as fh:
-            return str(json.loads(fh.read().decode().splitlines()[0]).get("class", "")).startswith("sparktrain.")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return False
+        parts = sorted(e.path for e in fs.get_file_info(pafs.FileSelector(f"{inner}/metadata", allow_not_found=True))
+                       if e.type == pafs.FileType.File and e.base_name.startswith("part-"))
+        if not parts:
+            return None
+        with fs.open_input_stream(parts[0]) as fh:
+            meta = json.loads(fh.read().decode().splitlines()[0])
+        return meta if isinstance(meta, dict) else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _ModelReader(MLReader):
