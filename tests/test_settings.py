@@ -84,6 +84,38 @@ def test_both_paths_refuse_the_same_bad_value_with_the_same_fix(key):
         .replace("(0,)", "[0]")
 
 
+@pytest.mark.parametrize("key", sorted(k for k, s in SETTINGS.items() if s.kind == "float" and s.param))
+def test_an_infinite_float_is_refused_on_both_paths(key):
+    """Probe U/S: stallTimeout=inf passed every check and crashed each rank with an OverflowError (retried by
+    Spark), learningRate=inf trained a whole run to a diverged error."""
+    with pytest.raises(ConfigError) as yaml_err:
+        parse_config({"train": {key: float("inf")}})
+    with pytest.raises(ConfigError) as est_err:
+        TorchEstimator(**{SETTINGS[key].param: float("inf")})
+    assert "must be a finite number" in yaml_err.value.fix and est_err.value.fix == yaml_err.value.fix
+
+
+def test_none_for_a_setting_that_needs_a_value_and_a_yaml_key_as_keyword_are_refused_by_name():
+    """Probe U/S: Spark's _set skips the converter for None, so epochs=None reached a rank as a TypeError
+    (precision=None trained fp32 silently), where YAML's null is refused; learning_rate= (the YAML spelling)
+    was a bare TypeError; '3' for an int was 'Could not convert 3 to int'."""
+    for param in ("epochs", "precision", "hiddenUnits", "accumulateSteps"):
+        with pytest.raises(ConfigError, match=rf"^parameter '{param}' = None: a value is required"):
+            TorchEstimator(**{param: None})
+        with pytest.raises(ConfigError, match=rf"^parameter '{param}' = None: a value is required"):
+            TorchEstimator().setParams(**{param: None})
+    assert TorchEstimator(minWorkers=None).getMinWorkers() is None  # optional settings take None
+    with pytest.raises(ConfigError, match=r"^parameter 'learning_rate' = 0.01: TorchEstimator has no Param "
+                                          r"'learning_rate': the Param is learningRate \('learning_rate' is its "
+                                          r"YAML key under train:\)"):
+        TorchEstimator(learning_rate=0.01)
+    with pytest.raises(ConfigError, match=r"KerasEstimator has no Param 'epoch': the Param is epochs"):
+        KerasEstimator().setParams(epoch=3)
+    with pytest.raises(ConfigError, match=r"^parameter 'epochs' = '3': expected an int, got str '3'; pass e.g. "
+                                          r"epochs=3"):
+        TorchEstimator().setEpochs("3")
+
+
 @pytest.mark.parametrize("train, framework, key, fix", [
     ({"num_workers": 2, "min_workers": 3}, "torch", "min_workers", "must be in [1, {num_workers} = 2]"),
     ({"backend": "gloo"}, "torch", "backend", "torch trains with 'ddp' or 'horovod'"),

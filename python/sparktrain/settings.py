@@ -33,6 +33,7 @@ estimators' signatures.  ``tests/test_settings.py`` fails until all agree.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -87,6 +88,8 @@ class Setting:
             return None if self.optional else "a value is required"
         if self.choices and value not in self.choices:
             return f"must be one of {', '.join(map(repr, self.choices))}"
+        if self.kind == "float" and isinstance(value, float) and math.isinf(value):  # NaN: each check's own words
+            return "must be a finite number" + (" (null for none)" if self.optional else "")
         return self.check(value) if self.check is not None else None
 
 

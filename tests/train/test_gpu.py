@@ -54,6 +54,12 @@ for name, cls in (("torch", TorchEstimator), ("keras", KerasEstimator)):
     est.show_progress = False
     model = est.fit(root)
     out[name] = {{"devices": est.last_launch.devices, "history": model.history}}
+try:  # fp16 where the ranks have no CUDA: refused on the rank, not trained unscaled on CPU (probe U)
+    TorchEstimator(numWorkers=2, gpusPerWorker=1, epochs=1, precision="fp16", labelCol="label",
+                   store={store!r}).fit(root)
+    out["fp16"] = "not refused"
+except Exception as e:
+    out["fp16"] = str(e)
 try:
     TorchEstimator(numWorkers=2, gpusPerWorker=2, epochs=1, labelCol="label", store={store!r}).fit(root)
     out["preflight"] = "not refused"
@@ -90,9 +96,36 @@ def test_each_rank_trains_on_the_gpu_its_task_was_given(tmp_path):
     assert out["preflight"].startswith("gpusPerWorker = 2 x numWorkers = 2 needs 2 GPU task slot(s), but the "
                                        "cluster's executors hold 2 GPU(s) (1, 1 per executor), room for 0 rank(s)")
     assert "no executor holds 2 GPU(s): lower gpusPerWorker (train.gpus_per_worker) to <= 1" in out["preflight"]
+    assert "parameter 'precision' = 'fp16': fp16 trains with loss scaling on a GPU, and this rank has none (it " \
+           "trains on cpu)" in out["fp16"], out["fp16"][:3000]
     # the driver logged one line per rank with its addresses and device
     logged = [x for x in proc.stderr.splitlines() if "GPU addresses" in x and "from its task's resources" in x]
     assert len(logged) >= 4, proc.stderr[-4000:]
+
+
+def test_a_gpu_request_on_a_master_that_gives_no_gpu_warns_and_fp16_is_refused_before_any_job(spark, tmp_path,
+                                                                                               caplog):
+    """Probe U: on local[N] without task GPUs, gpusPerWorker=1 trained on CPU with INFO lines only, and fp16
+    (refused without a GPU request) trained on CPU with no loss scaling."""
+    import logging
+
+    from sparktrain.errors import ConfigError
+    from sparktrain.train import resources
+    from sparktrain.train.estimator import TorchEstimator
+
+    df = spark.range(64).selectExpr("cast(id as double) as x", "cast(id % 2 as double) as label")
+    est = TorchEstimator(numWorkers=1, gpusPerWorker=1, precision="fp16", epochs=1, store=str(tmp_path / "s"))
+    est.show_progress = False
+    with pytest.raises(ConfigError, match=r"^parameter 'precision' = 'fp16': fp16 trains with loss scaling on a "
+                                          r"GPU, and this rank has none \(gpusPerWorker = 1, but master local"
+                                          r".* gives tasks no GPU\).* Fix: precision bf16"):
+        est.fit(df)
+    assert not [r for r in (tmp_path / "s").rglob("checkpoints/*")]  # refused in preflight: nothing trained
+    resources._said.discard("local-no-gpu")
+    with caplog.at_level(logging.WARNING, logger="sparktrain.train.resources"):
+        resources.check_gpu_slots(spark, 1, 1, "fp32")
+    assert any(r.levelno == logging.WARNING and "gpusPerWorker = 1 on master local" in r.getMessage() and
+               "the ranks train on CPU" in r.getMessage() for r in caplog.records), caplog.records
 
 
 def _cuda() -> bool:

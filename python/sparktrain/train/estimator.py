@@ -38,6 +38,29 @@ from sparktrain.train.progress import TrainingCallback
 log = logging.getLogger(__name__)
 
 
+def _known_params(fn: Callable) -> Callable:
+    """Refuse a keyword that is no Param with a :class:`ConfigError` naming it and the Param meant (a YAML key
+    such as ``learning_rate`` for ``learningRate``, or a near miss), where Python would raise a bare
+    ``TypeError``."""
+    import difflib
+    import functools
+    import inspect
+
+    names = [n for n in inspect.signature(fn).parameters if n != "self"]
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for key in kwargs:
+            if key not in names:
+                meant = PARAM_OF.get(key) or next(iter(difflib.get_close_matches(key, names, n=1)), None)
+                hint = (f"the Param is {meant}" + (f" ('{key}' is its YAML key under train:)" if key in PARAM_OF
+                                                   else "") if meant else "see explainParams() for the Params")
+                raise ConfigError(key, kwargs[key], f"{type(self).__name__} has no Param '{key}': {hint}",
+                                  kind="parameter")
+        return fn(self, *args, **kwargs)
+    return wrapper
+
+
 class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable, DefaultParamsWritable):
     """What both estimators share.
 
@@ -50,6 +73,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
     _framework = ""
     _model_cls: type = _DistributedModel
 
+    @_known_params
     @keyword_only
     def __init__(self, *, numWorkers: Optional[int] = None, backend: Optional[str] = None,
                  gpusPerWorker: Optional[int] = None, epochs: Optional[int] = None, batchSize: Optional[int] = None,
@@ -77,6 +101,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         self._unrestored: Dict[str, str] = {}  # {kind: qualname} of factories a loaded save dropped
         self._set(**self._input_kwargs)  # type: ignore[attr-defined]
 
+    @_known_params
     @keyword_only
     def setParams(self, *, numWorkers: Optional[int] = None, backend: Optional[str] = None,
                   gpusPerWorker: Optional[int] = None, epochs: Optional[int] = None, batchSize: Optional[int] = None,

@@ -38,8 +38,13 @@ def _converter(setting: Setting) -> Callable[[Any], Any]:
             return None
         try:
             v = base(value)
-        except TypeError as exc:
-            raise ConfigError(str(setting.param), value, f"expected {setting.kind}: {exc}", kind="parameter") from exc
+        except TypeError:
+            example = list(setting.default) if isinstance(setting.default, tuple) else setting.default
+            what = {"ints": "a list of ints", "int": "an int", "float": "a number", "bool": "True or False",
+                    "str": "a string"}.get(setting.kind, setting.kind)
+            raise ConfigError(str(setting.param), value, f"expected {what}, got {type(value).__name__} "
+                                                         f"{value!r}; pass e.g. {setting.param}={example!r}",
+                              kind="parameter") from None
         check_value(setting, v, str(setting.param), kind="parameter")
         return v
     convert.__name__ = f"to_{setting.key}"
@@ -161,6 +166,19 @@ class _DistributedParams(_ModelParams):
         defaults = {p: SETTINGS[k].default for p, k in KEY_OF.items()}
         defaults["hiddenUnits"] = list(defaults["hiddenUnits"])
         self._setDefault(**defaults, excludeCols=[])
+
+    def _set(self, **kwargs: Any) -> Any:
+        """Spark's ``_set``, except that None is no value for a setting that needs one: Spark skips the converter
+        for None, so ``epochs=None`` would get through to a rank (the YAML path refuses ``null`` the same way)."""
+        for param, value in kwargs.items():
+            key = KEY_OF.get(param)
+            if value is None and key is not None and not SETTINGS[key].optional:
+                default = SETTINGS[key].default
+                default = list(default) if isinstance(default, tuple) else default
+                raise ConfigError(param, None, f"a value is required (default {default!r}); leave "
+                                               f"{param} out, or clear it with est.clear(est.{param}), for the "
+                                               f"default", kind="parameter")
+        return super()._set(**kwargs)
 
     def settings(self) -> Dict[str, Any]:
         """Every setting's value (set or default), by ``train:`` key."""

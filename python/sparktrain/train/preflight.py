@@ -110,7 +110,7 @@ def run_all(spark, spec: WorkerSpec) -> None:
     check_framework(spec.framework, spec.backend)
     check_dynamic_allocation(spark)
     check_slots(spark, spec.num_workers)
-    check_gpu_slots(spark, spec.num_workers, spec.scaling.gpus_per_worker)
+    check_gpu_slots(spark, spec.num_workers, spec.scaling.gpus_per_worker, spec.optim.precision)
     check_dataset(spec.train_path, spec.val_path)
     check_picklable(spec)
     check_factories(spec)

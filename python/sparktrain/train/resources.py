@@ -72,16 +72,30 @@ def training_profile(spark, gpus_per_worker: int) -> Optional[Any]:
     return profile
 
 
-def check_gpu_slots(spark, num_workers: int, gpus_per_worker: int) -> None:
-    """Refuse, before launch, a GPU request the cluster's executors cannot hold all at once (barrier mode)."""
+def check_gpu_slots(spark, num_workers: int, gpus_per_worker: int, precision: str = "fp32") -> None:
+    """Refuse, before launch, a GPU request the cluster's executors cannot hold all at once (barrier mode).
+
+    On a master that gives tasks no GPU (``local[N]`` without ``spark.task.resource.gpu.amount``), the ranks
+    train on CPU: a warning says so, and ``precision`` fp16, which needs a GPU's loss scaling, is refused."""
     if gpus_per_worker <= 0:
         return
     if not spark_compat.supports_stage_profiles(spark):
         amount = _number(spark, "spark.task.resource.gpu.amount")
         if amount is None:
-            _once("local-no-gpu", "gpusPerWorker = %d on master %s, which gives tasks no GPU "
-                  "(spark.task.resource.gpu.amount is unset): the ranks train on CPU", gpus_per_worker,
-                  mask_value(spark_compat.master(spark)))
+            master = mask_value(spark_compat.master(spark))
+            if precision == "fp16":
+                from sparktrain.errors import ConfigError
+                from sparktrain.train._executor.spec import FP16_ON_CPU
+
+                raise ConfigError("precision", "fp16", FP16_ON_CPU.format(
+                    why=f"gpusPerWorker = {gpus_per_worker}, but master {master} gives tasks no GPU"),
+                    kind="parameter")
+            if "local-no-gpu" not in _said:
+                _said.add("local-no-gpu")
+                log.warning("gpusPerWorker = %d on master %s, which gives tasks no GPU "
+                            "(spark.task.resource.gpu.amount is unset): the ranks train on CPU. For GPUs on one "
+                            "machine use a standalone or local-cluster master whose workers have GPU resources "
+                            "(docs/gpu.md)", gpus_per_worker, master)
         return
     counts = spark_compat.executor_resources(spark, "gpu")
     if counts is None:

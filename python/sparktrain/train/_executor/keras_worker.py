@@ -338,6 +338,11 @@ def _configure_tf(tf: Any, spec: WorkerSpec, ctx: WorkerContext) -> None:
         pass
     device = f"GPU:{','.join(g.name.rsplit(':', 1)[-1] for g in chosen)}" if chosen else "cpu"
     ctx.reporter.send("device", addresses=list(ctx.gpu_addresses), device=device, note=note)
+    if spec.optim.precision == "fp16" and not chosen:
+        from sparktrain.errors import ConfigError
+        from sparktrain.train._executor.spec import FP16_ON_CPU
+
+        raise ConfigError("precision", "fp16", FP16_ON_CPU.format(why=note or "no GPU"), kind="parameter")
 
 
 def _average_non_trainable(model: Any, coll: Collectives) -> None:

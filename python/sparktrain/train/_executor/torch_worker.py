@@ -17,7 +17,7 @@ import numpy as np
 from sparktrain.train._executor.collectives import Collectives, init_process_group, shutdown_process_group
 from sparktrain.train._executor.context import WorkerContext
 from sparktrain.train._executor.loop import Adapter, Arrays, Hook, Loop
-from sparktrain.train._executor.spec import InputSpec, ModelSpec, WorkerSpec, bag_dim
+from sparktrain.train._executor.spec import FP16_ON_CPU, InputSpec, ModelSpec, WorkerSpec, bag_dim
 
 
 def build_default_model(inputs: InputSpec, model: ModelSpec):
@@ -143,7 +143,12 @@ class TorchAdapter(Adapter):
             check_torch_model(self.model, spec.inputs)
         self.optimizer = self._optimizer(loop.learning_rate)
         self.loss_fn = make_loss(self.task, spec.loss_factory)
-        if self.amp_dtype is torch.float16 and self.device.type == "cuda":
+        if self.amp_dtype is torch.float16 and self.device.type != "cuda":
+            from sparktrain.errors import ConfigError
+
+            raise ConfigError("precision", "fp16", FP16_ON_CPU.format(why=f"it trains on {self.device.type}"),
+                              kind="parameter")
+        if self.amp_dtype is torch.float16:
             self.scaler = torch.amp.GradScaler("cuda")
         if loop.resume.state is not None:
             # tensors, numbers and containers only: a checkpoint cannot run code here
