@@ -360,7 +360,9 @@ TRIAL_RUN_ID = re.compile(r"tune-[0-9a-f]{8}-t\d{3,}")
 
 #: What a rank's heartbeat phase means, in a stall's message (a store phase names the write and the store itself).
 _PHASES = {"start": "start-up", "data": "reading its next batch", "compute": "a step's computation",
-           "collective": "a collective, waiting for its peers"}
+           "collective": "a collective, waiting for its peers",
+           "setup": "setting up (building its network: the model factory; restoring a checkpoint)",
+           "step": "its training step (forward, backward and the gradients' all-reduce in one call)"}
 
 
 class TrainingStalledError(TrainingError):
@@ -381,6 +383,10 @@ class TrainingStalledError(TrainingError):
         phase = info.get("phase") or "start"
         what = "sent nothing (frozen or lost)" if info.get("silent") else \
             f"was stuck in {_PHASES.get(phase, phase)}"
+        if info.get("all_in_step"):
+            what += ("; so was every overdue rank, so the heartbeats cannot tell the one stuck in its network or "
+                     "loss from those waiting for it in the all-reduce (a rank's Python stack shows it: py-spy "
+                     "dump, or faulthandler)")
         if info.get("spark_task"):
             what += {"RUNNING": "; Spark reports its task still running: the process is alive but silent",
                      "PENDING": "; Spark's retry of the stage never started its task (it waited for free task "

@@ -28,7 +28,12 @@ a collective get the same second ``timeout``: they are not the culprit.
 While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
 ``timeout / 4`` seconds (at least 10 s).  Before its first step a rank gets
 ``max(timeout, 120 s)`` to start (Python worker, framework import, rendezvous).
-The ranks' own collectives time out later (1.5 x ``timeout`` + 10 s) as a backstop.
+The ranks' own collectives time out later (1.5 x ``max(timeout, 120 s)`` + 10 s) as a backstop.
+
+A rank's phase says where it is: ``compute`` (its own network), ``collective``
+(waiting for its peers), or ``step`` where the framework runs both as one call
+(Keras' fused step); a rank in ``step`` could be either, so the error says
+that every rank was inside its step rather than blaming one for waiting.
 """
 
 from __future__ import annotations
@@ -38,11 +43,12 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
+from sparktrain.train._executor.collectives import STARTUP_S
+
 log = logging.getLogger(__name__)
 
-_COLLECTIVE_PHASES = ("collective",)
+_COLLECTIVE_PHASES = ("collective", "step")  # where a rank may be waiting for a peer
 SILENT_S = 5.0  # heartbeats come every second: this long without any event means the process is gone
-STARTUP_S = 120.0  # before its first step a rank starts Python, imports its framework and meets its peers
 
 
 class StallWatchdog:
@@ -112,7 +118,8 @@ class StallWatchdog:
         return {"rank": culprit, "host": s.get("host"), "epoch": s.get("epoch"), "step": s.get("step"),
                 "phase": s.get("phase"), "seconds": round(ages[culprit], 1),
                 "silent": silent[culprit], "detected_at": now, "progress_at": s["progress"],
-                "spark_task": self.asked.get(culprit), "run": self.run}
+                "spark_task": self.asked.get(culprit), "run": self.run,
+                "all_in_step": not outside and all(states[r].get("phase") == "step" for r in overdue)}
 
     def _blame(self, rank: int, silent: bool, age: float, limit: float) -> bool:
         """Whether an overdue ``rank`` is stalled; a silent one only after asking Spark about its task."""
@@ -151,11 +158,13 @@ class StallWatchdog:
                 self._warned[r] = now
                 s = states[r]
                 second = self.asked.get(r) in ("RUNNING", "PENDING")  # silent, with its task alive: see _blame
+                starting = not s.get("step") and STARTUP_S > self.timeout  # the start-up allowance, not the timeout
+                limit = max(self.timeout, STARTUP_S) if starting else self.timeout
                 log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); the fit stops at %.0f s "
                             "(%s)", r, s.get("host", "?"), age, s.get("epoch"), s.get("step"),
-                            s.get("phase", "starting"), self.timeout * (2 if second else 1),
+                            s.get("phase", "starting"), limit * (2 if second else 1),
                             "2 x stallTimeout: Spark reports its task " + self.asked[r].lower() if second
-                            else "stallTimeout")
+                            else f"the first step's allowance, {STARTUP_S:.0f} s" if starting else "stallTimeout")
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll):

@@ -18,9 +18,16 @@ from sparktrain.train._executor.context import WorkerContext
 _SETTLE_S = 0.25
 
 
+#: how long a rank may take before its first step (Python worker, framework import, the model factory,
+#: meeting its peers): the driver's watchdog allows ``max(stallTimeout, STARTUP_S)`` then
+STARTUP_S = 120.0
+
+
 def collective_timeout(stall_timeout_s: float) -> float:
-    """The collectives' own timeout: a backstop after the driver's watchdog (1.5 x stallTimeout + 10 s)."""
-    return 1.5 * stall_timeout_s + 10.0
+    """The collectives' own timeout: a backstop after the driver's watchdog, start-up included
+    (1.5 x max(stallTimeout, STARTUP_S) + 10 s), so that a rank stuck before its first step (in its model
+    factory, say) is named by the watchdog, not by a peer's gloo timeout in DDP's first broadcast."""
+    return 1.5 * max(stall_timeout_s, STARTUP_S) + 10.0
 
 
 def init_process_group(ctx: WorkerContext, stall_timeout_s: float, backend: str = "gloo") -> None:

@@ -121,6 +121,7 @@ class KerasAdapter(Adapter):
                     tf.TensorSpec([None, self.n_cat], tf.int64), tf.TensorSpec([None], y_dtype),
                     tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32))
         self._build_steps()
+        self.set_phase("collective")  # rank 0's weights to every rank: a peer still in setup is waited for
         self._sync_initial()
         if loop.resume.state is not None:
             weights, opt_vars = load_state(loop.resume.state)
@@ -215,11 +216,13 @@ class KerasAdapter(Adapter):
         total: Any = None
         loss, preds = 0.0, []
         for i, (x_num, x_cat, y) in enumerate(micros):
+            self.set_phase("compute")
             flat, loss_sum, logits = self._grads(x_num, x_cat, y, w, self.global_batch)
             total = flat if total is None else total + flat
             loss += float(loss_sum) * weight
             preds.append(to_prediction_np(np.asarray(logits), self.task))
             after_micro(i + 1)
+        self.set_phase("collective")  # the summed gradients' all-reduce, then the update
         self._apply(total)
         return loss, np.concatenate(preds)
 

@@ -77,13 +77,24 @@ class Resume:
     shards: Optional[int] = None  # the run's sharding world size (see Loop)
 
 
+def _no_phase(phase: str) -> None:
+    """:attr:`Adapter.set_phase` before :class:`Loop` gives the adapter its rank's heartbeat."""
+
+
 class Adapter:
     """What a framework does for :class:`Loop` (torch DDP/Horovod, Keras gloo/MWMS).
 
     ``__init__`` starts the framework's collectives; :meth:`setup` builds the
     network and optimizer and restores ``loop.resume.state``.  The rest is
-    called by :meth:`Loop.run` on every rank in the same order.
+    called by :meth:`Loop.run` on every rank in the same order.  Inside
+    :meth:`train_step` the adapter tells its heartbeat ``set_phase("compute")``
+    while the rank runs its own network and ``set_phase("collective")`` from
+    where it all-reduces, where it can tell them apart (the Loop's ``"step"``
+    covers both otherwise): a rank stuck in its forward pass is then named, not
+    its peers waiting for it.
     """
+
+    set_phase = staticmethod(_no_phase)
 
     def allreduce(self, vec: np.ndarray) -> np.ndarray:
         """Sum ``vec`` (float64) over the ranks."""
@@ -196,6 +207,7 @@ class Loop:
 
     def run(self, adapter: Adapter) -> Dict[str, Any]:
         """Train the rest of the run; ``{"history", "param_digest"[, "model_bytes" on rank 0]}``."""
+        adapter.set_phase = self.beat.set_phase  # type: ignore[method-assign]
         try:
             return self._train(adapter)
         finally:
@@ -204,6 +216,7 @@ class Loop:
     def _train(self, adapter: Adapter) -> Dict[str, Any]:
         spec, ctx, task = self.spec, self.ctx, self.spec.inputs.task
         history = self.resume.history
+        self.beat.set_phase("setup")  # the network (a model factory of the user's), a checkpoint to restore
         adapter.setup(self)
         for epoch in range(self.resume.epoch, spec.optim.epochs):
             layers = self.epoch_layers(epoch)
@@ -223,7 +236,7 @@ class Loop:
                 if len(y) == 0:  # nothing left on this rank (tiny elastic tail): a zero-weight step keeps ranks in step
                     x_num, x_cat, y = dummy_row(x_num, x_cat, y)
                     weight = 0.0
-                self.beat.set_phase("collective")  # the step all-reduces the gradients
+                self.beat.set_phase("step")  # forward, backward, the gradients' all-reduce (adapters refine it)
                 loss_sum, pred = adapter.train_step(self.micro_batches(x_num, x_cat, y), weight,
                                                     functools.partial(_micro_fault, ctx, epoch, first + k))
                 if weight:

@@ -160,6 +160,7 @@ class TorchAdapter(Adapter):
             torch.set_rng_state(state["torch_rng"])
             if self.scaler is not None and state.get("scaler"):
                 self.scaler.load_state_dict(state["scaler"])
+        self.set_phase("collective")  # DDP (Horovod) broadcasts rank 0's weights: a peer still in setup is waited for
         self.net = self._wrap()
 
     def _optimizer(self, learning_rate: float):
@@ -199,11 +200,15 @@ class TorchAdapter(Adapter):
         loss_sum, preds = 0.0, []
         for i, (x_num, x_cat, y) in enumerate(micros):
             xn, xc, yt = self._tensors(x_num, x_cat, y)
-            with self._no_sync(i == len(micros) - 1):  # DDP all-reduces in the last micro-batch's backward()
+            last = i == len(micros) - 1
+            with self._no_sync(last):  # DDP all-reduces in the last micro-batch's backward()
+                self.set_phase("compute")
                 with self._autocast():
                     logits = self.net(xn, xc)
                     loss = self.loss_fn(logits, yt)
                 scaled = loss * (len(y) / rows * weight)
+                if last:
+                    self.set_phase("collective")
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             loss_sum += float(loss.detach()) * len(y) * weight
             with torch.no_grad():
