@@ -6,8 +6,11 @@ import io
 import json
 import logging
 import re
+import select
 import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -63,6 +66,43 @@ def _closed_by_peer(conn: socket.socket) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+def _all_open(conns: list) -> bool:
+    """Whether the server kept every one of ``conns`` open (none readable for 0.2 s: no end of stream, no reset;
+    connections the server sent nothing on)."""
+    readable, _, _ = select.select(conns, [], [], 0.2)
+    return readable == []
+
+
+def _trickle(conn: socket.socket, for_s: float = 15.0) -> str:
+    """Send a space every 50 ms, never a newline, until the server closes ``conn`` (or ``for_s`` passed)."""
+    conn.settimeout(0.05)
+    give_up = time.monotonic() + for_s
+    try:
+        while time.monotonic() < give_up:
+            conn.sendall(b" ")
+            try:
+                if conn.recv(1) == b"":
+                    return "closed by the server"
+            except TimeoutError:
+                pass
+    except OSError:
+        return "closed by the server"
+    return "still open"
+
+
+def _acks(conn: socket.socket, upto: int) -> list:
+    """The server's lines on ``conn`` until it acknowledged line ``upto``."""
+    conn.settimeout(5)
+    got, buf = [], b""
+    while not any(msg.get("ack", 0) >= upto for msg in got):
+        chunk = conn.recv(4096)
+        assert chunk, f"closed before acknowledging line {upto}: {got}"
+        buf += chunk
+        *done, buf = buf.split(b"\n")
+        got += [json.loads(line) for line in done]
+    return got
 
 
 class _Steps:
@@ -178,13 +218,17 @@ def test_too_many_connections_are_dropped(caplog):
     assert any("already 2 open" in r.getMessage() for r in caplog.records)
 
 
-def test_garbage_after_the_hello_is_ignored():
+def test_garbage_after_the_hello_is_skipped_with_one_warning_per_connection(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
     seen = _Steps()
     with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
         with _connect(server) as conn:
-            conn.sendall(b"not json\n[1, 2]\n")
+            conn.sendall(b"not json\n[1, 2]\n\xff\xfe\n" + b"[" * 3000 + b"\n")
             _send(conn, server, **_step(2))
             _wait(lambda: seen.steps == [2])
+            port = conn.getsockname()[1]
+    warned = [r.getMessage() for r in caplog.records if "not a JSON object" in r.getMessage()]
+    assert len(warned) == 1 and "rank 0 (h, " in warned[0] and f":{port})" in warned[0] and "not json" in warned[0]
 
 
 @pytest.mark.parametrize("kwargs", [{"log_every_s": -1}, {"max_line_bytes": 0}, {"max_connections": 0}])
@@ -225,24 +269,139 @@ def test_a_silent_connection_is_closed_after_the_read_timeout(caplog):
 
 
 def test_the_cap_follows_the_ranks_and_idle_sockets_cannot_lock_workers_out():
+    """Silent sockets take every slot for connections without a hello (as many as the cap): a worker's connection
+    takes the oldest one's and is served at once, while the others still wait (their hello_s is 30 s)."""
     from sparktrain.train._executor.reporter import Reporter
     from sparktrain.train.progress import connection_cap
 
     assert connection_cap(300) == 616 and connection_cap(300, per_rank=2) == 1216
     seen = _Steps()
-    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), ranks=2, hello_s=0.5) as server:
-        assert server._max_conns == connection_cap(2) == 20
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), ranks=2, hello_s=30) as server:
+        assert server._max_conns == server._max_pending == connection_cap(2) == 20
         squatters = [_connect(server, hello=False) for _ in range(20)]  # every slot, no token
         _wait(lambda: server.open_connections == 20)
         reporter = Reporter(server.address, 0, "h", server.token, run="r")
         try:
             reporter.send("step", epoch=0, step=7, steps=10, metrics={"loss": 0.5})
-            _wait(lambda: seen.steps == [7], timeout=15)  # refused while full, back once the squatters are dropped
-            assert server.dropped_connections >= 1 and server.rejected_connections >= 20
+            assert reporter.flush(10) and seen.steps == [7]  # acknowledged within 10 s: the squatters have 30
+            assert server.accepted_connections == 1 and server.dropped_connections == 1
+            assert _closed_by_peer(squatters[0])  # the oldest gave its slot to the worker
+            assert _all_open(squatters[1:]) and server.rejected_connections == 0
+            server.close()
+            assert all(_closed_by_peer(s) for s in squatters[1:])  # close() drops those still without a hello
         finally:
             reporter.close()
             for s in squatters:
                 s.close()
+
+
+def test_a_hello_trickled_a_byte_at_a_time_is_cut_at_hello_s(caplog):
+    """hello_s bounds the whole first line: peers sending a space every 50 ms, never a newline (a timeout per
+    recv() would keep them forever), are dropped like silent ones, and a worker is served meanwhile."""
+    from sparktrain.train._executor.reporter import Reporter
+
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), ranks=1, hello_s=1.0) as server:
+        peers = [_connect(server, hello=False) for _ in range(server._max_pending)]  # every slot for a hello
+        with ThreadPoolExecutor(len(peers)) as pool:
+            ends = pool.map(_trickle, peers)
+            reporter = Reporter(server.address, 0, "h", server.token, run="r")
+            try:
+                reporter.send("epoch", epoch=0, epochs=1, metrics={"loss": 1.0})
+                assert reporter.flush(10) and seen.epochs == [0]
+            finally:
+                reporter.close()
+            assert set(ends) == {"closed by the server"}
+        for p in peers:
+            p.close()
+        assert server.accepted_connections == 1
+        assert server.rejected_connections + server.dropped_connections == len(peers)  # (one gave its slot)
+    assert caplog.text.count("no hello line within 1 s") == server.rejected_connections
+
+
+@pytest.mark.parametrize("first, closes, why", [
+    (b"\x00\xffgarbage\n", False, "its first line is not a JSON hello"),
+    (b"[" * 3000 + b"\n", False, "its first line is not a JSON hello"),  # deeper than the recursion limit
+    (b'{"hello": 2, "tok', True, "it closed the connection in the middle of its hello line"),
+    (b"", True, "it closed the connection without a hello line"),
+    (b" " * 5000, False, "its first line is over 4096 bytes"),
+])
+def test_a_bad_first_line_is_dropped_at_once_with_its_reason(caplog, first, closes, why):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    with ProgressServer("127.0.0.1", stream=io.StringIO(), hello_s=30) as server:
+        with _connect(server, hello=False) as conn:
+            port = conn.getsockname()[1]
+            conn.sendall(first)
+            if closes:
+                conn.shutdown(socket.SHUT_WR)
+            assert _closed_by_peer(conn)  # within 5 s, its hello_s is 30
+        _wait(lambda: server.rejected_connections == 1)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert line == f"progress server: dropping a connection from 127.0.0.1:{port}: {why}"
+
+
+def test_a_reconnect_takes_the_slot_of_its_dead_connection():
+    """The cap counts connections that said hello; a worker's reconnect replaces its older connection, so a full
+    server takes it (its dead connection would otherwise hold the slot until the read timeout)."""
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), max_connections=1) as server:
+        host, _, port = server.address.rpartition(":")
+        conns = []
+        for attempt in (1, 2):
+            conn = socket.create_connection((host, int(port)), timeout=5)
+            hello = {"hello": 2, "token": server.token, "client": "w", "attempt": attempt, "rank": 0, "host": "h"}
+            conn.sendall((json.dumps(hello) + "\n").encode())
+            assert _acks(conn, 0)[0] == {"hello": "ok", "ack": 0}
+            conns.append(conn)
+        assert _closed_by_peer(conns[0]) and server.dropped_connections == 0
+        _send(conns[1], server, n=1, **_step(3))
+        _wait(lambda: seen.steps == [3])
+        for conn in conns:
+            conn.close()
+
+
+def test_a_malformed_event_is_one_warning_and_the_connection_goes_on(caplog, monkeypatch):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    died: list = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    seen = _Steps()
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
+        with _connect(server) as conn:
+            port = conn.getsockname()[1]
+            _send(conn, server, type="epoch", n=1, metrics={})  # no "epoch"
+            _send(conn, server, type="device", n=2, rank="zero")
+            assert _acks(conn, 2)  # both acknowledged: the worker need not send them again
+            _send(conn, server, n=3, **_step(4))
+            _wait(lambda: seen.steps == [4])  # the same connection, still served
+    assert died == [] and seen.epochs == [] and server.devices == {}
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"progress server: ignoring a 'epoch' event from rank 0 (h, 127.0.0.1:{port}): KeyError: 'epoch'",
+                      f"progress server: ignoring a 'device' event from rank 0 (h, 127.0.0.1:{port}): ValueError: "
+                      "invalid literal for int() with base 10: 'zero'"]
+
+
+def test_close_stops_the_accept_thread_and_the_port_and_drains_workers():
+    """close() ends the accept thread and refuses new connections; a worker that said hello is read to its end
+    (its last events may still be on the way), one still without a hello is dropped; closing again is a no-op."""
+    seen = _Steps()
+    server = ProgressServer("127.0.0.1", [seen], stream=io.StringIO(), hello_s=30)
+    host, _, port = server.address.rpartition(":")
+    with _connect(server) as worker, _connect(server, hello=False) as waiting:
+        _wait(lambda: server.accepted_connections == 1 and server.open_connections == 2)
+        server.close()
+        assert not server._thread.is_alive()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=5)
+        assert _closed_by_peer(waiting)
+        _send(worker, server, type="epoch", epoch=0, n=1, metrics={"val_loss": 0.5})
+        _wait(lambda: seen.epochs == [0])
+        server.close()
+    threads = []
+    for _ in range(20):  # one server per fit, or per trial: none leaves its thread behind
+        with ProgressServer("127.0.0.1", stream=io.StringIO()) as other:
+            threads.append(other._thread)
+    assert not any(t.is_alive() for t in threads)
 
 
 def test_a_worker_reconnects_after_a_cut_and_loses_nothing():

@@ -17,13 +17,18 @@ What a person sees depends on where stderr goes:
 The server is reachable by anything on the driver's network, so it guards
 itself (the protocol: :mod:`sparktrain.train._executor.channel`):
 
-- a connection must send the launch's token on its first line within
-  ``HELLO_S`` seconds (compared in constant time), or it is dropped;
+- a connection must send the launch's token on its first line, of at most
+  :data:`MAX_HELLO_BYTES`, within ``HELLO_S`` seconds of connecting (one deadline
+  for the whole line, however slowly it trickles in; the token is compared in
+  constant time), or it is dropped;
 - a connection that sends nothing for ``read_timeout_s`` is closed (workers
   ping when idle), and a line longer than ``max_line_bytes`` drops it;
-- at most ``max_connections`` are open at once, sized from the number of ranks
-  (``2 x ranks + 16``: a reconnect may briefly overlap its dead connection);
-  a worker that is refused reconnects with backoff.
+- at most ``max_connections`` that said hello are open at once, sized from the
+  number of ranks (``2 x ranks + 16``: a reconnect may briefly overlap its dead
+  connection); a worker that is refused reconnects with backoff.  Connections
+  still waiting for their hello have slots of their own (as many): they cannot
+  take a worker's, and when they are all taken the oldest is dropped for the
+  newcomer, so a flood of silent sockets cannot keep a worker's hello out.
 
 Workers may also ask the driver (a ``request`` line); :meth:`ProgressServer.on_request`
 registers what answers each operation, on the same connection.
@@ -46,6 +51,10 @@ from sparktrain.train._progress_view import ProgressView
 
 log = logging.getLogger(__name__)
 
+#: Longest accepted hello line (the first line of a connection): a hello is about 150 bytes.
+MAX_HELLO_BYTES = 4096
+#: Seconds :meth:`ProgressServer.close` waits for its accept thread to end.
+CLOSE_JOIN_S = 2.0
 #: Longest accepted event line.  A rank-0 step or epoch event is a few hundred bytes;
 #: an error event carries a traceback (a few KiB).
 MAX_LINE_BYTES = 1 << 20
@@ -101,9 +110,12 @@ class ProgressServer:
     max_line_bytes : int
         Cap on one line.
     max_connections : int, optional
-        Cap on open connections (default :func:`connection_cap` of ``ranks``).
+        Cap on open connections that said hello (default :func:`connection_cap` of ``ranks``).
+    max_pending : int, optional
+        Cap on open connections that have not said hello yet (default ``max_connections``); a new connection
+        over it drops the oldest of them.
     read_timeout_s, hello_s : float
-        Seconds a connection may stay silent, and has for its hello line.
+        Seconds a connection may stay silent, and has from its connect to the end of its hello line.
     clock : callable, optional
         Monotonic clock (tests).
     """
@@ -112,13 +124,14 @@ class ProgressServer:
                  show_bar: bool = True, log_every_s: float = LOG_EVERY_S, stream: Optional[IO[str]] = None,
                  ranks: int = 1, max_line_bytes: int = MAX_LINE_BYTES, max_connections: Optional[int] = None,
                  read_timeout_s: float = READ_TIMEOUT_S, hello_s: float = HELLO_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_pending: Optional[int] = None) -> None:
         if log_every_s < 0:
             raise ValueError(f"log_every_s == {log_every_s}, must be >= 0 (seconds between progress log lines)")
         max_connections = connection_cap(ranks) if max_connections is None else max_connections
-        if max_line_bytes < 1 or max_connections < 1:
-            raise ValueError(f"max_line_bytes == {max_line_bytes}, max_connections == {max_connections}: "
-                             "both must be >= 1")
+        max_pending = max_connections if max_pending is None else max_pending
+        if max_line_bytes < 1 or max_connections < 1 or max_pending < 1:
+            raise ValueError(f"max_line_bytes == {max_line_bytes}, max_connections == {max_connections}, "
+                             f"max_pending == {max_pending}: all must be >= 1")
         if read_timeout_s <= 0 or hello_s <= 0:
             raise ValueError(f"read_timeout_s == {read_timeout_s}, hello_s == {hello_s}: both must be >= 0.001")
         self.host = host
@@ -128,7 +141,7 @@ class ProgressServer:
         self.listeners: List[Callable[[Dict[str, Any]], None]] = []  # see every event (the stall watchdog)
         self.errors: List[Dict[str, Any]] = []
         self.epochs_seen: Dict[int, Dict[str, float]] = {}
-        self.dropped_connections = 0  # over the cap
+        self.dropped_connections = 0  # over a cap (said hello, or the oldest of those waiting for theirs)
         self.rejected_connections = 0  # no, a wrong or a stale token
         self.idle_closed = 0  # silent past read_timeout_s
         self.accepted_connections = 0  # said hello with the token
@@ -141,11 +154,13 @@ class ProgressServer:
         self._sock.listen(max(128, min(int(max_connections), 4096)))
         self._closed = threading.Event()
         self._lock = threading.Lock()
-        self._conns: List[socket.socket] = []
+        self._conns: List[socket.socket] = []  # said hello (at most max_connections)
+        self._pending: Dict[socket.socket, Any] = {}  # connection -> peer, oldest first: no hello yet
         self._clients: Dict[str, Tuple[Optional[socket.socket], int]] = {}  # client -> newest connection, attempt
         self.view = ProgressView(epochs, show_bar, log_every_s, stream if stream is not None else sys.stderr, clock)
         self._max_line = int(max_line_bytes)
         self._max_conns = int(max_connections)
+        self._max_pending = int(max_pending)
         self._read_timeout = float(read_timeout_s)
         self._hello_s = float(hello_s)
         self._thread = threading.Thread(target=self._accept_loop, name="sparktrain-progress", daemon=True)
@@ -163,8 +178,9 @@ class ProgressServer:
 
     @property
     def open_connections(self) -> int:
+        """Connections open now: those that said hello and those still waiting for theirs."""
         with self._lock:
-            return len(self._conns)
+            return len(self._conns) + len(self._pending)
 
     def on_request(self, op: str, handler: RequestHandler) -> None:
         """Answer the workers' ``op`` requests with ``handler(request, reply)`` (called on a connection's thread;
@@ -175,50 +191,67 @@ class ProgressServer:
         while not self._closed.is_set():
             try:
                 conn, peer = self._sock.accept()
-            except OSError:
+            except OSError:  # close() shut the socket down (that wakes accept())
                 return
+            oldest: Optional[Tuple[socket.socket, Any]] = None
             with self._lock:
-                full = len(self._conns) >= self._max_conns
-                if not full:
-                    self._conns.append(conn)
-                else:
-                    self.dropped_connections += 1
-            if full:
-                log.warning("progress server: dropping a connection from %s: already %d open (the limit); the "
-                            "worker reconnects", _peer(peer), self._max_conns)
+                closed = self._closed.is_set()
+                if not closed:
+                    if len(self._pending) >= self._max_pending:
+                        oldest = next(iter(self._pending.items()))
+                        del self._pending[oldest[0]]
+                        self.dropped_connections += 1
+                    self._pending[conn] = peer
+            if closed:  # accepted as close() ran: nobody serves it
                 _close(conn)
-                continue
+                return
+            if oldest is not None:
+                log.warning("progress server: dropping a connection from %s: no hello yet, and a newer connection "
+                            "takes its slot (%d may wait for their hello at once)", _peer(oldest[1]), self._max_pending)
+                _shut(oldest[0])  # its thread sees the end of its hello and closes it
             threading.Thread(target=self._serve, args=(conn, peer), daemon=True).start()
 
-    def _hello(self, conn: socket.socket, lines: Any, peer: Any) -> Optional[Dict[str, Any]]:
-        """The first line, with the token, within ``hello_s``; None (and the connection is dropped) otherwise."""
-        conn.settimeout(self._hello_s)
-        try:
-            line = lines.readline(self._max_line + 1)
-            hello = json.loads(line) if line else None
-        except (OSError, ValueError, UnicodeDecodeError):
-            hello = None
-        if time.monotonic() < self._refuse_until:  # a simulated network cut (drop_connections)
-            return None
-        if not isinstance(hello, dict) or "hello" not in hello or not token_ok(hello.get("token"), self.token):
-            with self._lock:
+    def _hello(self, conn: socket.socket, lines: "_Lines", peer: Any) -> Optional[Dict[str, Any]]:
+        """The first line, with the token, within ``hello_s`` of the connect; None (the connection is dropped)
+        otherwise."""
+        hello, why = _read_hello(lines, self._hello_s, self.token)
+        replaced: Optional[socket.socket] = None
+        full = False
+        with self._lock:
+            if self._pending.pop(conn, None) is None:  # dropped meanwhile: for a newer one (logged), close(), a cut
+                return None
+            if self._closed.is_set() or time.monotonic() < self._refuse_until:  # over, or a simulated network cut
+                return None
+            if hello is None:
                 self.rejected_connections += 1
-            log.warning("progress server: dropping a connection from %s: %s", _peer(peer),
-                        "no hello line within %g s" % self._hello_s if not isinstance(hello, dict)
-                        else "its first line has no valid token")
+            else:
+                client = str(hello.get("client", ""))
+                attempt = hello["attempt"] if isinstance(hello.get("attempt"), int) else 0
+                older = self._clients.get(client) if client else None
+                if older is not None and older[1] > attempt:  # a hello the worker gave up on, read afterwards
+                    return None
+                if older is not None and older[0] is not None and older[0] is not conn:
+                    replaced = older[0]  # a reconnect: the old connection is dead, its slot is the new one's
+                    if replaced in self._conns:
+                        self._conns.remove(replaced)
+                full = len(self._conns) >= self._max_conns
+                if full:
+                    self.dropped_connections += 1
+                else:
+                    self._conns.append(conn)
+                    self.accepted_connections += 1
+                    if client:
+                        self._clients[client] = (conn, attempt)
+        if hello is None:
+            log.warning("progress server: dropping a connection from %s: %s", _peer(peer), why)
+            return None
+        if replaced is not None:
+            _close(replaced)
+        if full:
+            log.warning("progress server: dropping a connection from %s (rank %s): already %d open (the limit); "
+                        "the worker reconnects", _peer(peer), hello.get("rank"), self._max_conns)
             return None
         conn.settimeout(self._read_timeout)
-        client = str(hello.get("client", ""))
-        attempt = hello["attempt"] if isinstance(hello.get("attempt"), int) else 0
-        with self._lock:
-            older = self._clients.get(client) if client else None
-            if older is not None and older[1] > attempt:  # a hello the worker gave up on, read afterwards
-                return None
-            self.accepted_connections += 1
-            if client:
-                self._clients[client] = (conn, attempt)
-        if older is not None and older[0] is not None and older[0] is not conn:  # a reconnect: the old one is dead
-            _close(older[0])
         return hello
 
     def _seen(self, client: str, n: Any) -> bool:
@@ -234,50 +267,63 @@ class ProgressServer:
     def _serve(self, conn: socket.socket, peer: Any) -> None:
         client = ""
         try:
-            with conn.makefile("rb") as lines:
-                hello = self._hello(conn, lines, peer)
-                if hello is None:
+            lines = _Lines(conn)
+            hello = self._hello(conn, lines, peer)
+            if hello is None:
+                return
+            client = str(hello.get("client", ""))
+            who = f"rank {hello.get('rank')} ({hello.get('host')}, {_peer(peer)})"
+            reply = _Replier(conn)
+            with self._lock:
+                reply.line({"hello": "ok", "ack": self._last_n.get(client, 0)})  # what it need not send again
+            acked_at = 0.0
+            skipped = False
+            while True:  # drained to EOF even after close(): the last epoch event may still be queued
+                try:
+                    line = lines.readline(self._max_line + 1)
+                except socket.timeout:
+                    with self._lock:
+                        self.idle_closed += 1
+                    log.warning("progress server: closing the connection of rank %s (%s): silent for %.0f s",
+                                hello.get("rank"), hello.get("host"), self._read_timeout)
                     return
-                client = str(hello.get("client", ""))
-                reply = _Replier(conn)
-                with self._lock:
-                    reply.line({"hello": "ok", "ack": self._last_n.get(client, 0)})  # what it need not send again
-                acked_at = 0.0
-                while True:  # drained to EOF even after close(): the last epoch event may still be queued
-                    try:
-                        line = lines.readline(self._max_line + 1)
-                    except socket.timeout:
-                        with self._lock:
-                            self.idle_closed += 1
-                        log.warning("progress server: closing the connection of rank %s (%s): silent for %.0f s",
-                                    hello.get("rank"), hello.get("host"), self._read_timeout)
-                        return
-                    if not line:
-                        return
-                    if len(line) > self._max_line and not line.endswith(b"\n"):
-                        log.warning("progress server: dropping the connection from %s: a line over %d bytes",
-                                    _peer(peer), self._max_line)
-                        return
-                    try:
-                        event = json.loads(line)
-                    except (ValueError, UnicodeDecodeError):
-                        continue
-                    if not isinstance(event, dict) or self._seen(client, event.get("n")):
-                        continue
-                    kind = event.get("type")
+                if not line:
+                    return
+                if len(line) > self._max_line and not line.endswith(b"\n"):
+                    log.warning("progress server: dropping the connection from %s: a line over %d bytes",
+                                _peer(peer), self._max_line)
+                    return
+                try:
+                    event = json.loads(line)
+                except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+                    event = None
+                if not isinstance(event, dict):
+                    if not skipped and line.endswith(b"\n"):  # (not a last line cut short by a dying worker)
+                        skipped = True
+                        log.warning("progress server: skipping a line from %s that is not a JSON object: %.60r "
+                                    "(any more on this connection are skipped without a word)", who, line)
+                    continue
+                if self._seen(client, event.get("n")):
+                    continue
+                kind = event.get("type")
+                try:
                     if kind == "request":
                         self._request(event, reply)
                     self._handle(event)
-                    now = time.monotonic()
-                    if kind == "ping" or ("n" in event and (kind != "step" or now - acked_at >= ACK_EVERY_S)):
-                        acked_at = now
-                        with self._lock:
-                            last = self._last_n.get(client, 0)
-                        reply.line({"ack": last})
+                except Exception as exc:  # noqa: BLE001 - a malformed event must not end the connection
+                    log.warning("progress server: ignoring a %r event from %s: %s: %s", kind, who,
+                                type(exc).__name__, exc)
+                now = time.monotonic()
+                if kind == "ping" or ("n" in event and (kind != "step" or now - acked_at >= ACK_EVERY_S)):
+                    acked_at = now
+                    with self._lock:
+                        last = self._last_n.get(client, 0)
+                    reply.line({"ack": last})
         except OSError:
             return
         finally:
             with self._lock:
+                self._pending.pop(conn, None)
                 if conn in self._conns:
                     self._conns.remove(conn)
                 newest = self._clients.get(client) if client else None
@@ -341,7 +387,8 @@ class ProgressServer:
         connections were closed.
         """
         with self._lock:
-            conns = list(self._conns)
+            conns = list(self._conns) + list(self._pending)
+            self._pending.clear()  # (their threads drop them without a word)
             self._refuse_until = time.monotonic() + refuse_s
         for conn in conns:
             _close(conn)
@@ -352,9 +399,22 @@ class ProgressServer:
             return self.errors[0] if self.errors else None
 
     def close(self) -> None:
-        """Stop accepting; open connections are read to their end (the workers close them)."""
+        """Stop accepting: the port is closed and the accept thread ends.  Connections that said hello are read to
+        their end (the workers close them); those still waiting for their hello are dropped.  Idempotent."""
         self._closed.set()
+        with self._lock:
+            pending = list(self._pending)
+            self._pending.clear()  # (their threads drop them without a word)
         try:
+            try:  # wakes the thread blocked in accept(); closing the socket alone does not (Linux)
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed already, or a platform that refuses it on a listening socket (macOS)
+                if self._thread.is_alive():
+                    _wake(self._sock)
+            for conn in pending:
+                _shut(conn)
+            if self._thread is not threading.current_thread():
+                self._thread.join(CLOSE_JOIN_S)
             self._sock.close()
         finally:
             with self._lock:
@@ -386,11 +446,97 @@ class _Replier:
                 pass
 
 
+class _Lines:
+    """Reads lines from a socket, with the socket's timeout per ``recv`` or one deadline for the whole line.
+
+    (What ``socket.makefile("rb").readline`` does, plus the deadline: a hello trickled one byte at a time must not
+    outlive ``hello_s``.)
+    """
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buf = bytearray()
+        self.scanned = 0  # the first bytes of buf hold no newline
+
+    def readline(self, limit: int, deadline: Optional[float] = None) -> bytes:
+        """The next line with its newline; its first ``limit`` bytes when longer; what is left at the end of the
+        stream (``b""`` when nothing).
+
+        Raises
+        ------
+        socket.timeout
+            After the socket's timeout without a byte or, with ``deadline`` (``time.monotonic()``), at it.
+        OSError
+            From ``recv``.
+        """
+        while True:
+            end = self.buf.find(b"\n", self.scanned, limit)
+            if end >= 0 or len(self.buf) >= limit:
+                cut = end + 1 if end >= 0 else limit
+                line = bytes(self.buf[:cut])
+                del self.buf[:cut]
+                self.scanned = 0
+                return line
+            self.scanned = len(self.buf)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("no complete line before the deadline")
+                self.conn.settimeout(left)
+            chunk = self.conn.recv(1 << 16)
+            if not chunk:
+                line = bytes(self.buf)
+                self.buf.clear()
+                self.scanned = 0
+                return line
+            self.buf += chunk
+
+
+def _read_hello(lines: _Lines, hello_s: float, token: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """A connection's hello line if it comes within ``hello_s`` and carries ``token``; else None and why not."""
+    try:
+        line = lines.readline(MAX_HELLO_BYTES, deadline=time.monotonic() + hello_s)
+    except socket.timeout:
+        return None, "no hello line within %g s" % hello_s
+    except OSError:
+        line = b""
+    if not line.endswith(b"\n"):
+        return None, (f"its first line is over {MAX_HELLO_BYTES} bytes" if len(line) >= MAX_HELLO_BYTES
+                      else "it closed the connection in the middle of its hello line" if line
+                      else "it closed the connection without a hello line")
+    try:
+        hello = json.loads(line)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; RecursionError: "[[[[..."
+        return None, "its first line is not a JSON hello"
+    if not isinstance(hello, dict):
+        return None, "its first line is not a JSON hello"
+    if "hello" not in hello or not token_ok(hello.get("token"), token):
+        return None, "its first line has no valid token"
+    return hello, ""
+
+
 def _peer(peer: Any) -> str:
     try:
         return f"{peer[0]}:{peer[1]}"
     except (TypeError, IndexError):
         return str(peer)
+
+
+def _wake(listening: socket.socket) -> None:
+    """Connect to ``listening`` once: its accept() returns (the accept loop then sees it is closed)."""
+    try:
+        with socket.create_connection(listening.getsockname()[:2], timeout=0.5):
+            pass
+    except OSError:
+        pass
+
+
+def _shut(conn: socket.socket) -> None:
+    """Wake whoever reads ``conn`` (it sees the end of the stream and closes it)."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _close(conn: socket.socket) -> None:
