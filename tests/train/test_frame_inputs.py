@@ -440,3 +440,26 @@ def test_overwrite_replaces_a_saved_model_and_refuses_a_folder_it_did_not_write(
     assert a_file.read_text() == "mine"
     model.write().overwrite().save(str(tmp_path / "new"))  # nothing there yet: saved
     assert TorchModel.load(str(tmp_path / "new")).inputs == model.inputs
+
+
+def test_an_inferred_integer_categorical_is_warned_about_with_the_fix(caplog):
+    """Probe S: an int count column became an embedding with only an INFO line; new data above the training
+    maximum then failed transform.  A Spark ML user reads an integer as a number: the warning says what
+    inference did and how to say otherwise; naming the column either way silences it."""
+    from pyspark.sql.types import DoubleType, IntegerType, StructField, StructType
+
+    from sparktrain.train.frame import resolve
+
+    schema = StructType([StructField("visits", IntegerType()), StructField("x", DoubleType()),
+                         StructField("label", DoubleType())])
+    with caplog.at_level(logging.WARNING, logger="sparktrain.train.frame"):
+        inferred = resolve(schema, "label")
+        assert inferred.categorical == ("visits",) and inferred.numeric == ("x",)
+        said = [r.getMessage() for r in caplog.records]
+        assert any("integer column(s) 'visits' are inferred as categorical indices" in m and
+                   "name it in numericCols" in m and "categoricalCols=['visits'] says they are indices" in m
+                   for m in said), said
+        caplog.clear()
+        assert resolve(schema, "label", categorical=["visits"]).categorical == ("visits",)
+        assert resolve(schema, "label", numeric=["visits", "x"], categorical=[]).numeric == ("visits", "x")
+        assert not caplog.records

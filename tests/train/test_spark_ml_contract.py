@@ -192,6 +192,9 @@ def test_cross_validator_picks_the_better_grid_point_and_persists(spark, tmp_pat
     assert auc_10 > auc_1 + 0.1, cv_model.avgMetrics  # the grid points differ
     best = cv_model.bestModel
     assert len(best.history) == 10 and best.getRunId() not in (None, "")
+    # which grid point won, from the model itself (probe S), and Spark ML's uid convention
+    assert (best.getEpochs(), best.getLearningRate(), best.uid) == (10, 0.004, est.uid)
+    assert not hasattr(best, "setEpochs")  # read-only: the model was trained with them
     assert evaluator.evaluate(best.transform(df)) > 0.9
 
     path = str(tmp_path / "cv_model")
@@ -201,7 +204,7 @@ def test_cross_validator_picks_the_better_grid_point_and_persists(spark, tmp_pat
     here = [r[0] for r in cv_model.transform(spark.read.parquet(data)).orderBy("x1", "x2")
             .select("probability").collect()]
     same_session = CrossValidatorModel.load(path)
-    assert same_session.avgMetrics == cv_model.avgMetrics
+    assert same_session.avgMetrics == cv_model.avgMetrics and same_session.bestModel.getEpochs() == 10
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     script = _CV_LOAD.format(python=str(REPO / "python"), path=path, data=data)
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)

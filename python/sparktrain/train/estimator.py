@@ -327,9 +327,10 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
         """The fitted Model for ``plan``'s trained network (as ``fit`` returns it)."""
         model = self._model_cls(framework=self._framework, model_bytes=model_bytes, inputs=plan.inputs,
                                 history=list(history))
-        self._copyValues(model)
+        self._copyValues(model)  # the training Params too: bestModel.getLearningRate() after a CrossValidator
         model._set(runId=plan.run_id, numericCols=list(plan.inputs.numeric),
                    categoricalCols=[c for c, _ in plan.inputs.categorical])
+        model._resetUid(self.uid)  # Spark ML's convention: a model takes its estimator's uid
         return model
 
     def _fit(self, dataset: Any) -> _DistributedModel:

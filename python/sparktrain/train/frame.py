@@ -205,6 +205,13 @@ def resolve(schema: Any, label: str, features_col: Optional[str] = None,
             out[kind].append(c)
     if refused:
         raise unusable_columns([(c, why_not(t)) for c, t in refused], "the DataFrame")
+    guessed = [c for c in out[CATEGORICAL] if c not in (categorical or [])]
+    if guessed:  # Spark ML reads an integer as a number: say what this one does with it (probe S)
+        listed = ", ".join(f"'{c}'" for c in guessed)
+        log.warning("fit(): integer column(s) %s are inferred as categorical indices (one embedding row per value "
+                    "up to the largest in training; a larger one at scoring is refused, or skipped under "
+                    "handleInvalid). A count or an amount is a number: name it in numericCols, or cast it to "
+                    "double; categoricalCols=[%s] says they are indices and silences this", listed, listed)
     if not any(out.values()):
         raise SchemaError(f"no input columns in {where} besides the label '{label}': need numbers, booleans, "
                           f"integer indices, Spark ML vectors or numeric arrays. Fix: add feature columns, or "

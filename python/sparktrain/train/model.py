@@ -27,7 +27,7 @@ from sparktrain._internal.secrets import mask_strings
 from sparktrain.errors import (ColumnClashError, ConfigError, DataError, DuplicateColumnError, MissingColumnError,
                                NotFittedError, SchemaError)
 from sparktrain.train._executor.spec import InputSpec
-from sparktrain.train.params import _ModelParams
+from sparktrain.train.params import _attach_params, _ModelParams
 
 
 class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
@@ -337,6 +337,9 @@ def _output_column(values: Any, type_: Any, fast_type: Any, valid: Any) -> Any:
     for i, v in zip(np.flatnonzero(valid), values):
         full[i] = v.tolist() if hasattr(v, "tolist") else v
     return pa.array(full, type=type_)
+
+
+_attach_params(_DistributedModel)  # the training settings it was fitted with, read-only (getters, no setters)
 
 
 class TorchModel(_DistributedModel):
