@@ -416,3 +416,30 @@ def test_resume_after_worker_killed_and_dynamic_allocation_refused(dataset, tmp_
     assert out["rerun"] == out["clean"]
     clean_events = Checkpointer(store, "clean").events()
     assert [e["epoch"] for e in clean_events if e["event"] == "epoch_finished"] == [0, 1, 2]
+
+
+def test_an_optimizer_step_larger_than_the_training_split_is_warned_about(tmp_path, caplog):
+    """Probe U: accumulateSteps x batchSize x numWorkers above the rows made every epoch one optimizer step,
+    silently (correct, and rarely meant)."""
+    import logging
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparktrain.data import build_manifest, write_manifest
+    from sparktrain.train._executor.spec import OptimSpec
+    from sparktrain.train.estimator import _warn_one_step
+
+    root = tmp_path / "train"
+    root.mkdir()
+    pq.write_table(pa.table({"x": list(range(1800))}), root / "part-0.parquet")
+    write_manifest(str(root), build_manifest(str(root)))
+    with caplog.at_level(logging.WARNING, logger="sparktrain.train.estimator"):
+        _warn_one_step(str(root), SimpleNamespace(optim=OptimSpec(batch_size=100, accumulate_steps=4), num_workers=2))
+        assert not caplog.records  # 800 rows a step: 2 steps an epoch
+        _warn_one_step(str(root), SimpleNamespace(optim=OptimSpec(batch_size=100, accumulate_steps=64), num_workers=2))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["one optimizer step is accumulateSteps 64 x batchSize 100 x numWorkers 2 = 12,800 rows, more "
+                    "than the training split's 1,800: each epoch is a single optimizer step over all its rows. Lower "
+                    "accumulateSteps (train.accumulate_steps) or batchSize for more steps per epoch"], said

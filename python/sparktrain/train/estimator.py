@@ -437,6 +437,7 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
             if not plan.resume:
                 plan_mod.discard(plan.spec.store, plan.run_id)
             raise
+        _warn_one_step(plan.train_path, plan.spec)
         log.info("training %s (%s) with %d workers, %s run %s, task %s; inputs: %s", self._framework,
                  plan.spec.backend, plan.spec.num_workers, "resuming" if plan.resume else "new", plan.run_id,
                  plan.inputs.task, describe_inputs(plan.inputs, plan.unused))
@@ -716,3 +717,23 @@ class _EstimatorReader(DefaultParamsReader):
             meta = DefaultParamsReader.loadMetadata(path, self.sparkSession)
         instance._unrestored = {k: str(v) for k, v in (meta.get("droppedFactories") or {}).items()}
         return instance
+
+
+def _warn_one_step(train_path: str, spec: WorkerSpec) -> None:
+    """Warn when one optimizer step (accumulateSteps x batchSize x numWorkers rows) holds more rows than the
+    training split: every epoch is then a single step of all its rows, which is rarely what was meant."""
+    from sparktrain.data.manifest import read_manifest
+
+    optim = spec.optim
+    if optim.accumulate_steps <= 1:
+        return
+    try:
+        rows = int((read_manifest(train_path) or {}).get("num_rows") or 0)
+    except Exception:  # noqa: BLE001 - advice only: a manifest that cannot be read says nothing
+        return
+    step = optim.accumulate_steps * optim.batch_size * spec.num_workers
+    if rows and step > rows:
+        log.warning("one optimizer step is accumulateSteps %d x batchSize %d x numWorkers %d = %s rows, more than "
+                    "the training split's %s: each epoch is a single optimizer step over all its rows. Lower "
+                    "accumulateSteps (train.accumulate_steps) or batchSize for more steps per epoch",
+                    optim.accumulate_steps, optim.batch_size, spec.num_workers, f"{step:,}", f"{rows:,}")
