@@ -69,7 +69,8 @@ def test_console_script_help(tmp_path):
     assert out.startswith("usage: sparktrain [-h] [--version] [-v] COMMAND ...")
     for text in ["run ", "profile ", "preprocess ", "train ", "tune ", "score ", "mlflow-server",
                  "examples:", "sparktrain run conf/job.yaml --set train.epochs=1",
-                 'spark-submit "$(python -m sparktrain.jvm --entry)" conf/job.yaml']:
+                 'spark-submit --jars "$(python -m sparktrain.jvm)" "$(python -m sparktrain.jvm --entry)" '
+                 'conf/job.yaml']:
         assert text in out
 
 
@@ -87,7 +88,8 @@ def test_job_subcommand_help(command, capsys):
     assert "ignored when a SparkSession is already" in out
     assert "override a config key, value parsed as YAML" in out
     assert f"  sparktrain {command} conf/job.yaml --master local[2] --set data.label=price" in out
-    assert f'  spark-submit --master local[2] "$(python -m sparktrain.jvm --entry)" {command} conf/job.yaml' in out
+    assert f'  spark-submit --master local[2] --jars "$(python -m sparktrain.jvm)" "$(python -m sparktrain.jvm ' \
+           f'--entry)" {command} conf/job.yaml' in out
 
 
 def test_score_and_server_help(capsys):

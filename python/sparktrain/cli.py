@@ -24,7 +24,8 @@ log = logging.getLogger("sparktrain")
 _EPILOG = """examples:
   sparktrain run conf/job.yaml                           # the whole job: features, training, MLflow
   sparktrain run conf/job.yaml --set train.epochs=1      # override any key
-  spark-submit "$(python -m sparktrain.jvm --entry)" conf/job.yaml  # the same job (a bare CONFIG means run)
+  spark-submit --jars "$(python -m sparktrain.jvm)" "$(python -m sparktrain.jvm --entry)" conf/job.yaml
+                                                         # the same job (a bare CONFIG means run)
   sparktrain profile conf/job.yaml --master local[2]     # rows, label classes or moments, null counts
   sparktrain preprocess conf/job.yaml                    # features only, written to Parquet
   sparktrain preprocess conf/job.yaml --set data.source=other.csv  # any key, e.g. another input
@@ -41,7 +42,8 @@ def _add_job_args(p: argparse.ArgumentParser) -> None:
     p.description = textwrap.fill(p.description or "", 79)
     p.epilog = (f"examples:\n  sparktrain {cmd} conf/job.yaml\n"
                 f"  sparktrain {cmd} conf/job.yaml --master local[2] --set data.label=price --set train.epochs=1\n"
-                f"  spark-submit --master local[2] \"$(python -m sparktrain.jvm --entry)\" {cmd} conf/job.yaml\n"
+                f"  spark-submit --master local[2] --jars \"$(python -m sparktrain.jvm)\" "
+                f"\"$(python -m sparktrain.jvm --entry)\" {cmd} conf/job.yaml\n"
                 f"  (python -m sparktrain.jvm: the listener jar for --jars; --entry: the script spark-submit runs)\n")
     p.add_argument("config", help="job config YAML, e.g. conf/job.yaml")
     p.add_argument("--master", help="Spark master URL (default: config spark.master, else local[*]); "

@@ -251,6 +251,11 @@ class TrainingError(SparktrainError, RuntimeError):
         ``checkpoints``: how many the run saved (``None``: unknown).  With none, fitting again with the run id
         reuses its materialized data but trains from the first epoch, and the message says so."""
         self.run_id = run_id
+        if checkpoints == 0 and f"runId={run_id!r}" in self._text:  # a stall's or slots' own resume advice
+            for promise in (f"to resume run {run_id} from its last checkpoint", "to resume from the last checkpoint"):
+                self._text = self._text.replace(promise, f"to reuse run {run_id}'s data (it failed before its first "
+                                                         f"checkpoint: it trains from the first epoch)")
+            self.args = (self._text + self._tail,)
         if f"runId={run_id!r}" not in self._text and not TRIAL_RUN_ID.fullmatch(run_id):
             if checkpoints == 0:
                 self._text += (f". Run {run_id} failed before its first checkpoint: once the cause is fixed, fit "

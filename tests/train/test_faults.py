@@ -38,7 +38,8 @@ def test_a_stalled_rank_is_named_and_the_fit_stops(spark, small, tmp_path, monke
     assert "made no progress for" in caplog.text
     run = err.info["run"]  # the error says which run to fit again to resume
     assert (tmp_path / "store" / run / "run.json").exists()
-    assert f"fit again with runId='{run}' to resume run {run} from its last checkpoint" in str(err)
+    # stalled 8 s into its first epoch, before any checkpoint: fitting again reuses its data (no checkpoint promised)
+    assert f"fit again with runId='{run}' to reuse run {run}'s data (it failed before its first checkpoint" in str(err)
     # the cancelled stage freed its slots: the session trains again right away
     monkeypatch.delenv("SPARKTRAIN_FAULT_INJECT")
     est2 = TorchEstimator(numWorkers=2, epochs=1, batchSize=256, labelCol="label", store=str(tmp_path / "store"))
@@ -137,6 +138,12 @@ def test_the_resume_advice_says_whether_the_failed_run_saved_a_checkpoint(tmp_pa
            "resume it from the last one" in some
     assert "keeps its checkpoints" in str(TrainingError("boom").name_run("r1", None))
     assert _saved_checkpoints("nosuchscheme://x/store", "r1") is None  # the store cannot say: no guess
+    # a stall's own advice (it names the runId) is reworded the same way when there is no checkpoint
+    info = {"rank": 1, "host": "h", "epoch": 0, "step": 0, "phase": "setup", "seconds": 121.0, "run": "r1"}
+    stalled = str(TrainingStalledError(info, 10.0).name_run("r1", 0))
+    assert "fit again with runId='r1' to reuse run r1's data (it failed before its first checkpoint: it trains " \
+           "from the first epoch)" in stalled and "last checkpoint" not in stalled
+    assert "to resume run r1 from its last checkpoint" in str(TrainingStalledError(info, 10.0).name_run("r1", 2))
 
 
 def _keras_children():

@@ -96,7 +96,7 @@ def test_each_rank_trains_on_the_gpu_its_task_was_given(tmp_path):
     assert out["preflight"].startswith("gpusPerWorker = 2 x numWorkers = 2 needs 2 GPU task slot(s), but the "
                                        "cluster's executors hold 2 GPU(s) (1, 1 per executor), room for 0 rank(s)")
     assert "no executor holds 2 GPU(s): lower gpusPerWorker (train.gpus_per_worker) to <= 1" in out["preflight"]
-    assert "parameter 'precision' = 'fp16': fp16 trains with loss scaling on a GPU, and this rank has none (it " \
+    assert "parameter 'precision' = 'fp16': fp16 is mixed precision for GPUs, and this rank has none (it " \
            "trains on cpu)" in out["fp16"], out["fp16"][:3000]
     # the driver logged one line per rank with its addresses and device
     logged = [x for x in proc.stderr.splitlines() if "GPU addresses" in x and "from its task's resources" in x]
@@ -116,8 +116,8 @@ def test_a_gpu_request_on_a_master_that_gives_no_gpu_warns_and_fp16_is_refused_b
     df = spark.range(64).selectExpr("cast(id as double) as x", "cast(id % 2 as double) as label")
     est = TorchEstimator(numWorkers=1, gpusPerWorker=1, precision="fp16", epochs=1, store=str(tmp_path / "s"))
     est.show_progress = False
-    with pytest.raises(ConfigError, match=r"^parameter 'precision' = 'fp16': fp16 trains with loss scaling on a "
-                                          r"GPU, and this rank has none \(gpusPerWorker = 1, but master local"
+    with pytest.raises(ConfigError, match=r"^parameter 'precision' = 'fp16': fp16 is mixed precision for GPUs, "
+                                          r"and this rank has none \(gpusPerWorker = 1, but master local"
                                           r".* gives tasks no GPU\).* Fix: precision bf16"):
         est.fit(df)
     assert not [r for r in (tmp_path / "s").rglob("checkpoints/*")]  # refused in preflight: nothing trained

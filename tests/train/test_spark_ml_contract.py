@@ -262,6 +262,9 @@ def test_a_saved_estimator_keeps_no_secret_and_a_dropped_factory_refuses_the_fit
                                           r"without it fit\(\) would train the default network. Fix: call "
                                           r"setModelFactory\(linear_net\) again after load\(\)"):
         loaded.fit(df)
+    copied = loaded.copy()  # a copy's factory is its own: the original still refuses
+    copied.setModelFactory(linear_net)
+    assert not copied._unrestored and set(loaded._unrestored) == {"model"}
     again = tmp_path / "again"  # saved again before the factory is set: the record stays
     loaded.write().save(str(again))
     assert TorchEstimator.load(str(again))._unrestored == {"model": loaded._unrestored["model"]}

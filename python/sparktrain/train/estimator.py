@@ -168,6 +168,13 @@ class _DistributedEstimator(Estimator, _DistributedParams, DefaultParamsReadable
     def read(cls) -> Any:
         return _EstimatorReader(cls)
 
+    def copy(self, extra: Any = None) -> "_DistributedEstimator":
+        """Spark ML's copy; the record of factories a loaded save dropped is the copy's own (a factory set on
+        the copy must not clear the original's)."""
+        that = super().copy(extra)
+        that._unrestored = dict(self._unrestored)
+        return that
+
     def _factories(self) -> Dict[str, Optional[Callable]]:
         return {"model": self._model_factory, "loss": self._loss_factory, "optimizer": self._optimizer_factory}
 
@@ -711,10 +718,10 @@ class _EstimatorReader(DefaultParamsReader):
         from sparktrain.train.model import read_metadata
 
         instance = super().load(path)
-        try:
-            meta = read_metadata(*_fs.resolve(path)) or {}
-        except Exception:  # noqa: BLE001 - a scheme pyarrow has no filesystem for: Spark reads it
+        try:  # through Spark, where the save wrote it (HDFS as the default filesystem, dbfs:, s3a: credentials)
             meta = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        except Exception:  # noqa: BLE001 - a Spark line whose reader takes a SparkContext only: pyarrow reads it
+            meta = read_metadata(*_fs.resolve(path)) or {}
         instance._unrestored = {k: str(v) for k, v in (meta.get("droppedFactories") or {}).items()}
         return instance
 

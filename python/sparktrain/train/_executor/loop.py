@@ -219,6 +219,7 @@ class Loop:
         self.beat.set_phase("setup")  # the network (a model factory of the user's), a checkpoint to restore
         adapter.setup(self)
         for epoch in range(self.resume.epoch, spec.optim.epochs):
+            self.beat.set_phase("data")  # its shard, then the first batch (a stuck read is this rank's own)
             layers = self.epoch_layers(epoch)
             if ctx.rank == 0:
                 self.log_event("epoch_started", epoch=epoch, attempt=ctx.attempt, step=layers[-1].done)
@@ -299,11 +300,13 @@ class Loop:
         spec, ctx, task = self.spec, self.ctx, self.spec.inputs.task
         state = M.new_state(task)
         adapter.train_mode(False)
+        self.beat.set_phase("data")  # the reads and the forward passes are this rank's own, then one all-reduce
         _, batches = B.epoch_batches(path, spec.inputs, max(spec.optim.batch_size, 4096), ctx.rank, ctx.world_size,
                                      0, spec.optim.seed, shuffle=False)
         for x_num, x_cat, y in batches:
             loss_sum, pred = adapter.eval_step(x_num, x_cat, y)
             M.update(state, task, loss_sum, y, pred)
+        self.beat.set_phase("collective")
         return M.finalize(self.allreduce(state), task, prefix="val_")
 
     def _stop_after(self, epoch: int, metrics: Dict[str, float]) -> bool:

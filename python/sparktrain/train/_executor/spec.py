@@ -195,8 +195,8 @@ class WorkerSpec:
 
 #: the executor spec of each settings group
 #: why fp16 is refused where a rank has no GPU (``{why}``: what the rank found), on the driver and on the ranks
-FP16_ON_CPU = ("fp16 trains with loss scaling on a GPU, and this rank has none ({why}): on CPU its gradients would "
-               "underflow unscaled. Fix: precision bf16 (runs on CPU) or fp32, or give the tasks GPUs (docs/gpu.md)")
+FP16_ON_CPU = ("fp16 is mixed precision for GPUs, and this rank has none ({why}): on CPU it is slow, and torch has no "
+               "loss scaling there. Fix: precision bf16 (runs on CPU) or fp32, or give the tasks GPUs (docs/gpu.md)")
 
 GROUP_SPECS = {"scaling": ScalingSpec, "optim": OptimSpec, "model": ModelSpec, "checkpoint": CheckpointSpec,
                "failure": FailureSpec, "logging": LoggingSpec}

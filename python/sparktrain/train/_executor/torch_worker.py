@@ -111,6 +111,8 @@ class TorchAdapter(Adapter):
     optimizer step.
     """
 
+    _forward_phase = "compute"  # the heartbeat's phase in forward ("step" where DDP broadcasts buffers in it)
+
     def __init__(self, spec: WorkerSpec, ctx: WorkerContext) -> None:
         import torch
 
@@ -162,6 +164,10 @@ class TorchAdapter(Adapter):
                 self.scaler.load_state_dict(state["scaler"])
         self.set_phase("collective")  # DDP (Horovod) broadcasts rank 0's weights: a peer still in setup is waited for
         self.net = self._wrap()
+        # DDP broadcasts a network's buffers (BatchNorm's statistics) inside forward: a rank waiting there cannot
+        # be told from one stuck in its own forward, so the phase says "step" (both), not "compute"
+        buffers = getattr(self.net, "broadcast_buffers", False) and any(True for _ in self.model.buffers())
+        self._forward_phase = "step" if buffers else "compute"
 
     def _optimizer(self, learning_rate: float):
         import torch
@@ -202,7 +208,7 @@ class TorchAdapter(Adapter):
             xn, xc, yt = self._tensors(x_num, x_cat, y)
             last = i == len(micros) - 1
             with self._no_sync(last):  # DDP all-reduces in the last micro-batch's backward()
-                self.set_phase("compute")
+                self.set_phase(self._forward_phase)
                 with self._autocast():
                     logits = self.net(xn, xc)
                     loss = self.loss_fn(logits, yt)
