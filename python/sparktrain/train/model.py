@@ -156,9 +156,8 @@ class _DistributedModel(Model, _ModelParams, MLReadable, MLWritable):
                 raise MissingColumnError(column, dataset.columns, where="the DataFrame to score" +
                                          (f" ({param}, the model's input '{col}')" if param else ""))
         outputs = [n for n, _ in self._output_columns()]
-        DuplicateColumnError.check([c for c in dataset.columns if c in set(read.get(i, i) for i in
-                                                                            self.inputs.columns) | set(outputs)],
-                                   "the DataFrame to score")
+        used = {read.get(c, c) for c in self.inputs.columns} | set(outputs)  # once, not once per column
+        DuplicateColumnError.check([c for c in dataset.columns if c in used], "the DataFrame to score")
         clash = [n for n in outputs if n in dataset.columns]
         if clash:
             raise ColumnClashError(clash, "the DataFrame to score", "the model",
