@@ -451,6 +451,38 @@ def test_a_full_buffer_drops_the_oldest_steps_first():
             reporter.close()
 
 
+def test_a_worker_pings_only_when_idle_and_new_events_do_not_cut_its_backoff_short(caplog):
+    """A ping is an idle worker's keepalive (one per PING_S), not the answer to an acknowledgement: the driver's acks
+    woke the sender, which pinged, which the driver acked, dozens of times a second per rank.  And during a cut, a
+    busy rank's events must not turn its exponential backoff into a reconnect per event."""
+    from sparktrain.train._executor.channel import PING_S
+    from sparktrain.train._executor.reporter import Reporter
+
+    seen, pings = _Steps(), []
+    with ProgressServer("127.0.0.1", [seen], stream=io.StringIO()) as server:
+        server.listeners.append(lambda e: pings.append(e) if e.get("type") == "ping" else None)
+        reporter = Reporter(server.address, 0, "h", server.token, run="r")
+        try:
+            for epoch in range(5):  # each one acknowledged by the driver
+                reporter.send("epoch", epoch=epoch, epochs=5, metrics={"val_loss": 0.5})
+            _wait(lambda: seen.epochs == [0, 1, 2, 3, 4])
+            time.sleep(2.0)  # idle, well within PING_S of the last send
+            assert PING_S > 2.0 and len(pings) <= 1, f"{len(pings)} pings from one idle worker in 2 s"
+
+            server.drop_connections(refuse_s=2.5)
+            caplog.set_level(logging.WARNING, logger="sparktrain.train._executor.reporter")
+            for step in range(1, 51):  # an event every 50 ms through the cut
+                reporter.send("step", epoch=5, step=step, steps=50, metrics={"loss": 0.5})
+                time.sleep(0.05)
+            _wait(lambda: seen.steps[-1:] == [50], timeout=15)
+            back = [r.getMessage() for r in caplog.records if "progress channel back after" in r.getMessage()]
+            attempts = int(re.search(r"\((\d+) attempt", back[0]).group(1))
+            # backoff 0.05 s doubling to 2 s, x0.5-1.5: at most 7 failed tries in a 2.5 s cut (one per event: ~50)
+            assert 1 <= attempts <= 8, back
+        finally:
+            reporter.close()
+
+
 @pytest.mark.parametrize("ranks", [320])
 def test_hundreds_of_ranks_with_a_cut_raise_no_false_stall(ranks):
     """320 simulated ranks (the real Reporter and heartbeat, in 4 processes) against one server and watchdog;
@@ -464,12 +496,14 @@ def test_hundreds_of_ranks_with_a_cut_raise_no_false_stall(ranks):
         server.listeners.append(lambda e: epochs.append(e["rank"]) if e.get("type") == "epoch" else None)
         # a silent rank whose task Spark reports running is excused up to 2 x timeout: the cut (13 s) leaves 11 s
         # for a rank's last heartbeat before it (1 s), its reconnect backoff (up to 3 s) and a loaded machine
-        # (with timeout 8 and a 9 s cut, a full test run's load made a late-starting rank miss it now and then)
+        # (with timeout 8 and a 9 s cut, a full test run's load made a late-starting rank miss it now and then; and
+        # until the ping-pong fix, 320 ranks pinging the driver on every acknowledgement kept it so busy that ranks
+        # waited up to 12 s for their hello's answer after the cut: now the backoff, at most 3 s)
         watchdog = StallWatchdog(ranks, timeout=12.0, on_stall=stalls.append, poll=0.2,
                                  task_state=lambda rank: "RUNNING")  # what Spark says: every task runs
         blind = StallWatchdog(ranks, timeout=12.0, on_stall=lambda info: None, poll=0.2)  # without Spark's word
         server.listeners += [watchdog, blind]
-        procs = start_ranks(server.address, server.token, ranks, seconds=40.0)
+        procs = start_ranks(server.address, server.token, ranks, seconds=30.0)
         try:
             _wait(lambda: len(watchdog.ranks) == ranks, timeout=60)
             server.drop_connections(refuse_s=13.0)  # silent for longer than SILENT_S and the stall timeout

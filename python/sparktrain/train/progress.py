@@ -153,7 +153,11 @@ class ProgressServer:
         self._sock.bind((host, 0))
         self._sock.listen(max(128, min(int(max_connections), 4096)))
         self._closed = threading.Event()
-        self._lock = threading.Lock()
+        # Three locks, so that hundreds of connections' events do not queue the accept loop and the hellos behind
+        # them (one lock for all made 320 reconnecting ranks wait up to 12 s for their hello's answer):
+        self._conn_lock = threading.Lock()  # _pending, _conns, _clients, _refuse_until and the connection counters
+        self._seq_lock = threading.Lock()  # _last_n: what each client's lines were processed up to
+        self._lock = threading.Lock()  # errors, the view, callbacks: what events change
         self._conns: List[socket.socket] = []  # said hello (at most max_connections)
         self._pending: Dict[socket.socket, Any] = {}  # connection -> peer, oldest first: no hello yet
         self._clients: Dict[str, Tuple[Optional[socket.socket], int]] = {}  # client -> newest connection, attempt
@@ -179,7 +183,7 @@ class ProgressServer:
     @property
     def open_connections(self) -> int:
         """Connections open now: those that said hello and those still waiting for theirs."""
-        with self._lock:
+        with self._conn_lock:
             return len(self._conns) + len(self._pending)
 
     def on_request(self, op: str, handler: RequestHandler) -> None:
@@ -194,7 +198,7 @@ class ProgressServer:
             except OSError:  # close() shut the socket down (that wakes accept())
                 return
             oldest: Optional[Tuple[socket.socket, Any]] = None
-            with self._lock:
+            with self._conn_lock:
                 closed = self._closed.is_set()
                 if not closed:
                     if len(self._pending) >= self._max_pending:
@@ -217,7 +221,7 @@ class ProgressServer:
         hello, why = _read_hello(lines, self._hello_s, self.token)
         replaced: Optional[socket.socket] = None
         full = False
-        with self._lock:
+        with self._conn_lock:
             if self._pending.pop(conn, None) is None:  # dropped meanwhile: for a newer one (logged), close(), a cut
                 return None
             if self._closed.is_set() or time.monotonic() < self._refuse_until:  # over, or a simulated network cut
@@ -258,7 +262,7 @@ class ProgressServer:
         """Whether line ``n`` of ``client`` was processed already (re-sent after a reconnect); records it."""
         if not isinstance(n, int) or not client:
             return False
-        with self._lock:
+        with self._seq_lock:
             if n <= self._last_n.get(client, 0):
                 return True
             self._last_n[client] = n
@@ -274,15 +278,16 @@ class ProgressServer:
             client = str(hello.get("client", ""))
             who = f"rank {hello.get('rank')} ({hello.get('host')}, {_peer(peer)})"
             reply = _Replier(conn)
-            with self._lock:
-                reply.line({"hello": "ok", "ack": self._last_n.get(client, 0)})  # what it need not send again
+            with self._seq_lock:
+                last = self._last_n.get(client, 0)
+            reply.line({"hello": "ok", "ack": last})  # what it need not send again
             acked_at = 0.0
             skipped = False
             while True:  # drained to EOF even after close(): the last epoch event may still be queued
                 try:
                     line = lines.readline(self._max_line + 1)
                 except socket.timeout:
-                    with self._lock:
+                    with self._conn_lock:
                         self.idle_closed += 1
                     log.warning("progress server: closing the connection of rank %s (%s): silent for %.0f s",
                                 hello.get("rank"), hello.get("host"), self._read_timeout)
@@ -316,13 +321,13 @@ class ProgressServer:
                 now = time.monotonic()
                 if kind == "ping" or ("n" in event and (kind != "step" or now - acked_at >= ACK_EVERY_S)):
                     acked_at = now
-                    with self._lock:
+                    with self._seq_lock:
                         last = self._last_n.get(client, 0)
                     reply.line({"ack": last})
         except OSError:
             return
         finally:
-            with self._lock:
+            with self._conn_lock:
                 self._pending.pop(conn, None)
                 if conn in self._conns:
                     self._conns.remove(conn)
@@ -386,7 +391,7 @@ class ProgressServer:
         For fault tests (``tests/``, ``bench/faults.py``); the workers reconnect with backoff.  Returns how many
         connections were closed.
         """
-        with self._lock:
+        with self._conn_lock:
             conns = list(self._conns) + list(self._pending)
             self._pending.clear()  # (their threads drop them without a word)
             self._refuse_until = time.monotonic() + refuse_s
@@ -402,7 +407,7 @@ class ProgressServer:
         """Stop accepting: the port is closed and the accept thread ends.  Connections that said hello are read to
         their end (the workers close them); those still waiting for their hello are dropped.  Idempotent."""
         self._closed.set()
-        with self._lock:
+        with self._conn_lock:
             pending = list(self._pending)
             self._pending.clear()  # (their threads drop them without a word)
         try:

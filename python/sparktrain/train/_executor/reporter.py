@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 from sparktrain.train._executor.channel import PING_S, READ_TIMEOUT_S, VERSION
 
@@ -253,6 +253,7 @@ class Reporter:
 
     def _run(self) -> None:
         backoff, outage_since, attempts = 0.05, None, 0
+        last_sent = time.monotonic()
         while True:
             with self._cond:
                 if self._closed:
@@ -265,8 +266,9 @@ class Reporter:
                         outage_since = time.monotonic()
                         log.warning("rank %d: the driver's progress server at %s is out of reach: retrying with "
                                     "backoff (events are buffered)", self.rank, self.address)
-                    with self._cond:
-                        self._cond.wait(backoff * (0.5 + random.random()))
+                    with self._cond:  # new events do not cut the backoff short
+                        _wait_until(self._cond, time.monotonic() + backoff * (0.5 + random.random()),
+                                    lambda: self._closed)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 with self._cond:  # what the driver has not acknowledged goes again, in order; then the questions
@@ -280,8 +282,13 @@ class Reporter:
                                 time.monotonic() - outage_since, attempts)
                 backoff, outage_since, attempts = 0.05, None, 0
             with self._cond:
-                if not self._queue and self._beat is None and not self._closed and not self._want_ack:
-                    self._cond.wait(PING_S)
+                # Idle: a ping PING_S after the last send.  (Waking on any notify and pinging made a ping-pong with
+                # the driver's acknowledgements: dozens of pings a second per rank.)
+                _wait_until(self._cond, last_sent + PING_S,
+                            lambda: bool(self._queue or self._beat is not None or self._closed or self._want_ack
+                                         or self._sock is None))
+                if self._sock is None and not self._closed:  # the driver closed it: reconnect first
+                    continue
                 lines = list(self._queue)
                 batch = ([self._beat] if self._beat is not None else []) + [line for _, line in lines]
                 if not batch or self._want_ack:  # a ping: keeps the connection alive, asks for an acknowledgement
@@ -293,6 +300,7 @@ class Reporter:
             if sock is None:
                 continue
             try:
+                last_sent = time.monotonic()
                 sock.sendall(b"".join(batch))
             except OSError as exc:
                 log.debug("rank %d: progress channel broke: %s", self.rank, exc)
@@ -355,6 +363,15 @@ class Reporter:
                 if req is not None and not req.done.is_set():
                     req.value = msg.get("value")
                     req.done.set()
+
+
+def _wait_until(cond: threading.Condition, deadline: float, done: Callable[[], bool]) -> None:
+    """Wait on ``cond`` (held) until ``done()`` or ``deadline`` (``time.monotonic()``), whichever comes first."""
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        cond.wait(left)
 
 
 def _close(sock: Optional[socket.socket]) -> None:
