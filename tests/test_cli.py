@@ -237,6 +237,7 @@ def test_stage_available_when_the_package_is_missing(monkeypatch):
 # ---------------------------------------------------------------- end to end on real Spark
 
 
+@pytest.mark.slow  # flights' profile through the CLI: test_spark_submit_runs_the_same_job checks the same output
 def test_profile_end_to_end(tmp_path):
     rc, out, err = _sparktrain(tmp_path, "profile", FLIGHTS_YAML, "--master", "local[2]", *NO_TRACKING)
     assert rc == 0, err
@@ -265,6 +266,7 @@ def test_spark_submit_runs_the_same_job(tmp_path):
     assert "ignoring master" not in out + err  # the config's default local[*] was no choice to report (probe Q)
 
 
+@pytest.mark.slow  # profiles 654,692 rows (~35 s); every CLI test passes --set, this one checks a changed count
 def test_set_override_changes_the_job(tmp_path):
     rc, out, err = _sparktrain(tmp_path, "profile", FLIGHTS_YAML, "--master", "local[2]", "--set", "data.scale=2",
                                *NO_TRACKING)

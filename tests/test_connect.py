@@ -51,6 +51,7 @@ def _assert_close(a, b, path="features"):
         assert a == b, (path, a, b)
 
 
+@pytest.mark.slow  # the whole CLI job over Connect (~60-80 s); test_fit_of_a_dataframe_over_spark_connect stays fast
 def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sample, tmp_path):
     from dataclasses import replace
 

@@ -369,11 +369,13 @@ def test_a_retry_that_never_gets_its_slots_ends_with_a_clear_error(spark, rows_d
         with pytest.raises(SlotsUnavailableError) as info:
             est.fit(rows_dataset)
         waited = time.monotonic() - t0
-        holder_running = not holder.done.is_set()
+        time.sleep(2.0)  # a cancel of the other job would have ended it by now
+        tracker = spark.sparkContext.statusTracker()
+        holder_jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup("hold-a-slot-2")]
+        holder_running = not holder.done.is_set() and [j.status for j in holder_jobs if j] == ["RUNNING"]
     finally:
         os.environ.pop("SPARKTRAIN_FAULT_INJECT", None)
-        holder.done.wait(60)
-        holder.stop()
+        holder.stop()  # ours to end (cancelled here: waiting out its 45 s cost half a minute of make test)
     err = info.value
     assert (err.needed, err.free, err.run_id) == (2, 1, "no-slots")
     assert 12.0 <= err.waited_s < 40.0 and waited < 45.0  # ended by stallTimeout, not by the holder's end
@@ -382,5 +384,5 @@ def test_a_retry_that_never_gets_its_slots_ends_with_a_clear_error(spark, rows_d
     for words in ("2 task slots", "only 1 were free", "stallTimeout", "elastic=True", "minWorkers <= 1",
                   "runId='no-slots'"):
         assert words in text, (words, text)
-    assert holder_running and holder.outcome.get("rows") == [0]  # the other job was not cancelled: it finished
+    assert holder_running  # the other job was not cancelled: still running after the error
     assert any((store / "no-slots" / "checkpoints").rglob("*")), "the run's checkpoint is kept to resume from"
