@@ -555,6 +555,78 @@ def test_a_silent_rank_is_blamed_only_after_asking_spark():
         dog.close()
 
 
+def test_hundreds_of_silent_ranks_are_one_log_line_per_state_not_one_per_rank(caplog):
+    """A cut silences every rank at once: what Spark says of them, and their overdue warnings, are one line per
+    state (with the ranks as ranges), not 320 lines each; three or fewer keep a line each."""
+    from sparktrain.train.watchdog import StallWatchdog, rank_list
+
+    assert rank_list([5, 0, 1, 2, 7, 8, 8]) == "0-2, 5, 7-8"
+    assert rank_list(list(range(0, 40, 2)), runs=3) == "0, 2, 4, ..."
+    states = {r: "RUNNING" for r in range(320)}
+    states.update({300: "FAILED", 301: "FAILED"})
+    dog = StallWatchdog(320, timeout=12.0, on_stall=lambda info: None, poll=3600, task_state=states.get)
+    caplog.set_level(logging.WARNING, logger="sparktrain.train.watchdog")
+    try:
+        t0 = dog.started
+        for rank in range(320):
+            dog({"type": "step", "rank": rank, "host": f"h{rank % 7}", "epoch": 0, "step": 3})
+            dog.ranks[rank].update(seen=t0 + rank / 1000, progress=t0 + rank / 1000)
+        assert dog.check(now=t0 + 13) is None  # all silent, 318 running (a second timeout), 2 failed (Spark's)
+        assert dog.check(now=t0 + 14) is None  # asked again: nothing new to say
+        lines = [r.getMessage() for r in caplog.records]
+        running = [m for m in lines if "have sent nothing" in m]
+        assert running == ["318 ranks (0-299, 302-319) have sent nothing for up to 13 s, but Spark reports their "
+                           "tasks running: their progress channels may be cut (they reconnect); stopping the fit at "
+                           "24 s if they stay silent"], lines
+        assert [m for m in lines if "FAILED" in m] == [f"rank {r} is silent, and Spark reports its task FAILED: Spark "
+                                                       "retries or fails the stage" for r in (300, 301)]
+        overdue = [m for m in lines if "no step for" in m]
+        assert len(overdue) == 3, overdue  # one for the 318 that Spark excused; the 2 others, a line each
+        assert overdue[0].startswith("318 ranks (0-299, 302-319): no step for 13-13 s (the longest: rank 0 (h0), "
+                                     "epoch 0, step 3, starting); the fit stops at 24 s (2 x stallTimeout: Spark "
+                                     "reports their tasks running)"), overdue
+        assert overdue[1:] == [f"rank {r} (h{r % 7}): no step for 13 s (epoch 0, step 3, starting); the fit stops "
+                               "at 12 s (stallTimeout)" for r in (300, 301)]
+        assert len(lines) == 6, lines
+    finally:
+        dog.close()
+
+
+def test_task_states_reads_a_stages_task_list_once_for_every_rank(spark):
+    """What the watchdog asks Spark about silent ranks, against a real barrier stage: one read for all ranks."""
+    from sparktrain._internal import spark_compat
+
+    sc = spark.sparkContext
+    done = threading.Event()
+
+    def hold(_):
+        import time as _t
+
+        _t.sleep(6)
+        return [1]
+
+    def run():
+        sc.setJobGroup("task-states-test", "two tasks that sleep", interruptOnCancel=True)
+        try:
+            sc.parallelize(range(2), 2).barrier().mapPartitions(hold).collect()
+        except Exception:  # noqa: BLE001 - cancelled at the end of the test
+            pass
+        finally:
+            done.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        states = spark_compat.TaskStates(spark, "task-states-test", 2, max_age_s=60)
+        _wait(lambda: states._read() and states._read()[0][0].keys() == {0, 1}, timeout=30)
+        assert [states(0), states(1), states(7)] == ["RUNNING", "RUNNING", None] and states.snapshots == 1
+        assert spark_compat.TaskStates(spark, "task-states-test", 3)(0) is None  # another stage's size
+        assert spark_compat.TaskStates(spark, "no-such-group", 2)(0) is None
+    finally:
+        sc.cancelJobGroup("task-states-test")
+        done.wait(30)
+
+
 def test_a_rank_waiting_in_a_collective_on_a_silent_running_peer_waits_with_it():
     """Rank 0's channel is cut (silent, Spark says running); rank 1 is connected but stuck in the collective that
     waits for rank 0: it is not the culprit while rank 0 is excused, and both are blamed at twice the timeout."""

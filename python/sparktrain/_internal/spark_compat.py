@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Dict, Iterator, Optional
 
@@ -402,36 +403,62 @@ def wait_group_ended(spark, group: str, timeout_s: float, poll_s: float = 0.2) -
         time.sleep(poll_s)
 
 
-def task_state(spark, group: str, partition: int, num_tasks: int) -> Optional[str]:
-    """What Spark's status tracker says about ``partition``'s task in ``group``'s newest stage of ``num_tasks`` tasks.
+class TaskStates:
+    """What Spark's status tracker says about a rank's task: ``states(partition)``, for every rank of ``group``'s
+    newest stage of ``num_tasks`` tasks, from one pass over its task list per ``max_age_s``.
 
     ``RUNNING``, ``SUCCESS``, ``FAILED``, ``KILLED``, ... of the task's newest
     attempt in the stage's current attempt; ``PENDING`` when the stage is a
     retry that has not started that task yet (a barrier retry waits for all
     its slots at once); ``None`` when Spark cannot say (under Connect there is
     no status tracker on the client).
+
+    The stall watchdog asks about each silent rank; after a network cut that is every rank at once, and asking
+    Spark once per rank read the whole task list once per rank (hundreds of ranks: about ranks^2 py4j calls, minutes
+    on the driver).  ``snapshots`` counts the passes.
     """
-    if is_connect(spark):
-        return None
-    sc = spark.sparkContext
-    tracker = sc.statusTracker()
-    stages = _group_stages(tracker, group)
-    store = sc._jsc.sc().statusStore()  # AppStatusStore: per-task status (fed with or without the UI)
-    for stage in sorted(stages, reverse=True):
-        sinfo = tracker.getStageInfo(stage)
-        if sinfo is None or sinfo.numTasks != num_tasks:
-            continue
-        tasks = store.taskList(stage, sinfo.currentAttemptId, 1 << 20)
-        newest = None
-        for i in range(tasks.size()):
-            t = tasks.apply(i)
-            if t.index() == partition and (newest is None or t.attempt() >= newest.attempt()):
-                newest = t
-        if newest is not None:
-            return str(newest.status())
-        if sinfo.currentAttemptId >= 1:
-            return "PENDING"
-    return None
+
+    def __init__(self, spark, group: str, num_tasks: int, max_age_s: float = 1.0) -> None:
+        self.spark, self.group, self.num_tasks, self.max_age_s = spark, group, int(num_tasks), float(max_age_s)
+        self.snapshots = 0
+        self._lock = threading.Lock()
+        self._at: Optional[float] = None
+        self._stages: list = []  # newest stage first: ({partition: status}, is a retry)
+
+    def __call__(self, partition: int) -> Optional[str]:
+        with self._lock:
+            now = time.monotonic()
+            if self._at is None or now - self._at >= self.max_age_s:
+                self._stages = self._read()
+                self._at = time.monotonic()
+                self.snapshots += 1
+            for statuses, retry in self._stages:
+                if partition in statuses:
+                    return statuses[partition]
+                if retry:
+                    return "PENDING"
+            return None
+
+    def _read(self) -> list:
+        if is_connect(self.spark):
+            return []
+        sc = self.spark.sparkContext
+        tracker = sc.statusTracker()
+        store = sc._jsc.sc().statusStore()  # AppStatusStore: per-task status (fed with or without the UI)
+        out = []
+        for stage in sorted(_group_stages(tracker, self.group), reverse=True):
+            sinfo = tracker.getStageInfo(stage)
+            if sinfo is None or sinfo.numTasks != self.num_tasks:
+                continue
+            tasks = store.taskList(stage, sinfo.currentAttemptId, 1 << 20)
+            newest: Dict[int, tuple] = {}  # partition -> (attempt, status) of its newest task attempt
+            for i in range(tasks.size()):
+                t = tasks.apply(i)
+                index, attempt = int(t.index()), int(t.attempt())
+                if index not in newest or attempt >= newest[index][0]:
+                    newest[index] = (attempt, str(t.status()))
+            out.append(({k: v[1] for k, v in newest.items()}, sinfo.currentAttemptId >= 1))
+        return out
 
 
 def _group_stages(tracker, group: str) -> set:

@@ -184,7 +184,7 @@ class Gang:
                        launch_id=uuid.uuid4().hex[:12],
                        failure=replace(spec.failure, max_attempts=spark_compat.task_max_failures(self.spark)))
         watchdog = StallWatchdog(self.n, spec.failure.stall_timeout_s, on_stall=lambda info: self.kill("stalled"),
-                                 task_state=lambda rank: spark_compat.task_state(self.spark, self.group, rank, self.n),
+                                 task_state=spark_compat.TaskStates(self.spark, self.group, self.n),
                                  run=spec.run_id)
         self.server.listeners.append(watchdog)
         with self._cond:

@@ -228,7 +228,7 @@ def _launch_once(spark, spec: WorkerSpec, callbacks: Sequence[TrainingCallback],
             n_tasks = spec.num_workers
             watchdog = StallWatchdog(spec.num_workers, spec.failure.stall_timeout_s,
                                      on_stall=lambda info: spark_compat.cancel_group(spark, group),
-                                     task_state=lambda rank: spark_compat.task_state(spark, group, rank, n_tasks),
+                                     task_state=spark_compat.TaskStates(spark, group, n_tasks),
                                      run=spec.run_id)  # every rank's events carry it; the stall error names it
             server.listeners.append(watchdog)
         spec = replace(spec, failure=replace(spec.failure, max_attempts=spark_compat.task_max_failures(spark)),

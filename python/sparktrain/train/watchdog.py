@@ -26,8 +26,10 @@ an error that names the slots.  Its peers waiting for it in
 a collective get the same second ``timeout``: they are not the culprit.
 
 While a stall builds up it logs ``rank 1 (host): no step for 45 s`` every
-``timeout / 4`` seconds (at least 10 s).  Before its first step a rank gets
-``max(timeout, 120 s)`` to start (Python worker, framework import, rendezvous).
+``timeout / 4`` seconds (at least 10 s); more than :data:`GROUP_OVER` ranks in the
+same state share one line that lists them as ranges (a network cut silences hundreds at
+once).  Before its first step a rank gets ``max(timeout, 120 s)`` to start (Python
+worker, framework import, rendezvous).
 The ranks' own collectives time out later (1.5 x ``max(timeout, 120 s)`` + 10 s) as a backstop.
 
 A rank's phase says where it is: ``compute`` (its own network), ``collective``
@@ -41,7 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from sparktrain.train._executor.collectives import STARTUP_S
 
@@ -49,6 +51,36 @@ log = logging.getLogger(__name__)
 
 _COLLECTIVE_PHASES = ("collective", "step")  # where a rank may be waiting for a peer
 SILENT_S = 5.0  # heartbeats come every second: this long without any event means the process is gone
+GROUP_OVER = 3  # more ranks than this in the same state: one log line for them all (a cut silences hundreds)
+
+
+#: What Spark said about a silent rank's task (see StallWatchdog._blame): one rank's line, and many ranks' line.
+_NOTES = {
+    "SUCCESS": ("%(who)s is silent, and Spark reports its task SUCCESS: it finished",
+                "%(who)s are silent, and Spark reports their tasks SUCCESS: they finished"),
+    "FAILED": ("%(who)s is silent, and Spark reports its task %(state)s: Spark retries or fails the stage",
+               "%(who)s are silent, and Spark reports their tasks %(state)s: Spark retries or fails the stage"),
+    "PENDING": ("%(who)s is silent: Spark's retry of the training stage has not started its task yet (a barrier retry "
+                "waits for all its task slots); stopping the fit at %(stops).0f s if it does not start",
+                "%(who)s are silent: Spark's retry of the training stage has not started their tasks yet (a barrier "
+                "retry waits for all its task slots); stopping the fit at %(stops).0f s if they do not start"),
+    "RUNNING": ("%(who)s has sent nothing for %(age).0f s, but Spark reports its task running: its progress channel "
+                "may be cut (it reconnects); stopping the fit at %(stops).0f s if it stays silent",
+                "%(who)s have sent nothing for up to %(age).0f s, but Spark reports their tasks running: their "
+                "progress channels may be cut (they reconnect); stopping the fit at %(stops).0f s if they stay silent"),
+}
+
+
+def rank_list(ranks: List[int], runs: int = 6) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` as ``"0-2, 5, 7-8"``; after ``runs`` runs, ``", ..."``."""
+    parts: List[Tuple[int, int]] = []
+    for r in sorted(set(ranks)):
+        if parts and parts[-1][1] == r - 1:
+            parts[-1] = (parts[-1][0], r)
+        else:
+            parts.append((r, r))
+    text = [str(a) if a == b else f"{a}-{b}" for a, b in parts]
+    return ", ".join(text[:runs]) + (", ..." if len(text) > runs else "")
 
 
 class StallWatchdog:
@@ -65,6 +97,7 @@ class StallWatchdog:
         self.ranks: Dict[int, Dict[str, Any]] = {}
         self.stalled: Optional[Dict[str, Any]] = None
         self._warned: Dict[int, float] = {}
+        self._notes: List[Tuple[str, int, float, float]] = []  # what Spark said of newly silent ranks, to log
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._poll = poll
@@ -104,8 +137,9 @@ class StallWatchdog:
             silent[r] = quiet > SILENT_S
             ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
         limits = {r: self.timeout if s.get("step") else max(self.timeout, STARTUP_S) for r, s in states.items()}
-        self._warn(states, ages, now)
         excused = [r for r, a in ages.items() if a >= limits[r] and not self._blame(r, silent[r], a, limits[r])]
+        self._log_notes()
+        self._warn(states, ages, now)  # after asking Spark: a silent rank's warning says when the fit stops for it
         overdue = [r for r, a in ages.items() if a >= limits[r] and r not in excused]
         if excused:  # a rank that waits in a collective on a peer Spark reports running waits with it
             overdue = [r for r in overdue
@@ -132,39 +166,54 @@ class StallWatchdog:
             state = None
         first = rank not in self.asked
         self.asked[rank] = state or "unknown"
-        if state in ("SUCCESS", "FAILED", "KILLED"):
-            if first:
-                log.warning("rank %d is silent, and Spark reports its task %s: %s", rank, state,
-                            "it finished" if state == "SUCCESS" else "Spark retries or fails the stage")
-            return False
-        if state == "PENDING" and age < 2 * limit:
-            if first:
-                log.warning("rank %d is silent: Spark's retry of the training stage has not started its task yet "
-                            "(a barrier retry waits for all its task slots); stopping the fit at %.0f s if it does "
-                            "not start", rank, 2 * limit)
-            return False
-        if state == "RUNNING" and age < 2 * limit:
-            if first:
-                log.warning("rank %d has sent nothing for %.0f s, but Spark reports its task running: its progress "
-                            "channel may be cut (it reconnects); stopping the fit at %.0f s if it stays silent", rank,
-                            age, 2 * limit)
-            return False
+        if state in ("SUCCESS", "FAILED", "KILLED") or (state in ("PENDING", "RUNNING") and age < 2 * limit):
+            if first:  # logged once per rank, with the others of this check (_log_notes)
+                self._notes.append((state, rank, age, limit))
+            return False  # done, Spark's to retry, or alive: a second timeout
         return True
 
     def _warn(self, states: Dict[int, Dict[str, Any]], ages: Dict[int, float], now: float) -> None:
         every = max(10.0, self.timeout / 4)
+        due: Dict[Tuple[float, str], List[int]] = {}  # (where the fit stops, why) -> ranks, one line each group
         for r, age in ages.items():
             if age >= every and now - self._warned.get(r, 0.0) >= every:
                 self._warned[r] = now
-                s = states[r]
                 second = self.asked.get(r) in ("RUNNING", "PENDING")  # silent, with its task alive: see _blame
-                starting = not s.get("step") and STARTUP_S > self.timeout  # the start-up allowance, not the timeout
+                starting = not states[r].get("step") and STARTUP_S > self.timeout  # the first step's allowance
                 limit = max(self.timeout, STARTUP_S) if starting else self.timeout
-                log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); the fit stops at %.0f s "
-                            "(%s)", r, s.get("host", "?"), age, s.get("epoch"), s.get("step"),
-                            s.get("phase", "starting"), limit * (2 if second else 1),
-                            "2 x stallTimeout: Spark reports its task " + self.asked[r].lower() if second
-                            else f"the first step's allowance, {STARTUP_S:.0f} s" if starting else "stallTimeout")
+                why = ("2 x stallTimeout: Spark reports its task " + self.asked[r].lower() if second
+                       else f"the first step's allowance, {STARTUP_S:.0f} s" if starting else "stallTimeout")
+                due.setdefault((limit * (2 if second else 1), why), []).append(r)
+        for (stops_at, why), ranks in due.items():
+            if len(ranks) <= GROUP_OVER:
+                for r in ranks:
+                    s = states[r]
+                    log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); the fit stops at %.0f s "
+                                "(%s)", r, s.get("host", "?"), ages[r], s.get("epoch"), s.get("step"),
+                                s.get("phase", "starting"), stops_at, why)
+                continue
+            r = max(ranks, key=lambda k: ages[k])
+            s = states[r]
+            log.warning("%d ranks (%s): no step for %.0f-%.0f s (the longest: rank %d (%s), epoch %s, step %s, %s); "
+                        "the fit stops at %.0f s (%s)", len(ranks), rank_list(ranks), min(ages[k] for k in ranks),
+                        ages[r], r, s.get("host", "?"), s.get("epoch"), s.get("step"), s.get("phase", "starting"),
+                        stops_at, why.replace("its task", "their tasks"))
+
+    def _log_notes(self) -> None:
+        """What Spark said about ranks that went silent in this check: a line per rank, or per state for many."""
+        notes, self._notes = self._notes, []
+        by_state: Dict[str, List[Tuple[str, int, float, float]]] = {}
+        for note in notes:
+            by_state.setdefault(note[0], []).append(note)
+        for state, group in by_state.items():
+            one, many = _NOTES.get(state, _NOTES["FAILED"])
+            if len(group) <= GROUP_OVER:
+                for _, rank, age, limit in group:
+                    log.warning(one, {"who": f"rank {rank}", "state": state, "age": age, "stops": 2 * limit})
+            else:
+                ranks = [n[1] for n in group]
+                log.warning(many, {"who": f"{len(ranks)} ranks ({rank_list(ranks)})", "state": state,
+                                   "age": max(n[2] for n in group), "stops": 2 * max(n[3] for n in group)})
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll):
