@@ -302,6 +302,7 @@ def test_preprocess_a_csv_with_a_string_label_na_nulls_and_no_key(tmp_path):
         "tracking: {enabled: false}\n")
     rc, out, err = _sparktrain(tmp_path, "preprocess", tmp_path / "job.yaml", "--master", "local[2]")
     assert rc == 0, err
+    assert "SparkSession ready: master local[2]" in err  # the CLI's own --master (profile_end_to_end is slow)
     assert "no data.key: a row's split is a hash of its columns city, rooms, price, grade" in err
     assert "6 of 300 rows have a null label and are dropped" in err
     from sparktrain.data.commit import resolve

@@ -51,8 +51,46 @@ def _assert_close(a, b, path="features"):
         assert a == b, (path, a, b)
 
 
-@pytest.mark.slow  # the whole CLI job over Connect (~60-80 s); test_fit_of_a_dataframe_over_spark_connect stays fast
+def test_preprocess_over_spark_connect_matches_the_classic_session(connect_url, spark, flights_sample, tmp_path):
+    """The CLI's preprocess over Connect: the same splits, rows and fitted values as on a classic session."""
+    _preprocess_over_connect(connect_url, spark, flights_sample, tmp_path)
+
+
+@pytest.mark.slow  # then train, MLflow and score over Connect (~60-80 s in all); the preprocess part runs by default
 def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sample, tmp_path):
+    overrides, sets, config, tracking, sample = _preprocess_over_connect(connect_url, spark, flights_sample, tmp_path)
+    rc, out, err = _sparktrain(tmp_path, "train", config, "--master", connect_url, *sets)
+    assert rc == 0, err[-3000:]
+    assert "training torch (ddp) with 2 workers" in err
+    assert "cannot tell how many tasks" not in err  # the slot check read local[2] from the server
+    auc = float(re.search(r"^  test_auc\s+([0-9.]+)", out, re.MULTILINE).group(1))
+    assert 0.75 < auc <= 1.0, out
+    assert re.search(r"^epochs: 2 ", out, re.MULTILINE), out
+
+    # MLflow: the run, its metric and the registered model, logged from the Connect client
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking, tracking)
+    version = client.get_model_version_by_alias("connect-model", "champion")
+    assert str(version.version) == "1"
+    assert client.get_run(version.run_id).data.metrics["test_auc"] == pytest.approx(auc, abs=1e-4)
+
+    # scoring through Connect with the registered model (it carries the fitted feature pipeline)
+    from sparktrain.data.manifest import committed_files
+
+    rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/connect-model@champion", "--input", sample,
+                               "--output", tmp_path / "scored", "--tracking-uri", tracking, "--master", connect_url)
+    assert rc == 0, err[-3000:]
+    scored = pq.read_table(committed_files(str(tmp_path / "scored")))
+    assert scored.num_rows == flights_sample.count()
+    probability = scored.column("probability").to_numpy()
+    assert ((probability > 0) & (probability < 1)).all()
+    assert set(scored.column("prediction").to_pylist()) == {0.0, 1.0}
+
+
+def _preprocess_over_connect(connect_url, spark, flights_sample, tmp_path):
+    """``sparktrain preprocess`` over Connect, checked against the same job on the classic session; returns the
+    job's overrides, their --set arguments, the config, the tracking URI and the sample's folder."""
     from dataclasses import replace
 
     from sparktrain.config import load_config
@@ -88,31 +126,7 @@ def test_preprocess_and_train_over_spark_connect(connect_url, spark, flights_sam
     # no JVM on a Connect client: no lineage listener, so no sources (the splits are the lineage)
     assert "sources" not in remote["dataset"] and local.features["dataset"]["sources"]
 
-    rc, out, err = _sparktrain(tmp_path, "train", config, "--master", connect_url, *sets)
-    assert rc == 0, err[-3000:]
-    assert "training torch (ddp) with 2 workers" in err
-    assert "cannot tell how many tasks" not in err  # the slot check read local[2] from the server
-    auc = float(re.search(r"^  test_auc\s+([0-9.]+)", out, re.MULTILINE).group(1))
-    assert 0.75 < auc <= 1.0, out
-    assert re.search(r"^epochs: 2 ", out, re.MULTILINE), out
-
-    # MLflow: the run, its metric and the registered model, logged from the Connect client
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking, tracking)
-    version = client.get_model_version_by_alias("connect-model", "champion")
-    assert str(version.version) == "1"
-    assert client.get_run(version.run_id).data.metrics["test_auc"] == pytest.approx(auc, abs=1e-4)
-
-    # scoring through Connect with the registered model (it carries the fitted feature pipeline)
-    rc, out, err = _sparktrain(tmp_path, "score", "--model", "models:/connect-model@champion", "--input", sample,
-                               "--output", tmp_path / "scored", "--tracking-uri", tracking, "--master", connect_url)
-    assert rc == 0, err[-3000:]
-    scored = pq.read_table(committed_files(str(tmp_path / "scored")))
-    assert scored.num_rows == flights_sample.count()
-    probability = scored.column("probability").to_numpy()
-    assert ((probability > 0) & (probability < 1)).all()
-    assert set(scored.column("prediction").to_pylist()) == {0.0, 1.0}
+    return overrides, sets, config, tracking, sample
 
 
 _FIT_SCRIPT = r"""

@@ -466,8 +466,9 @@ def test_a_worker_pings_only_when_idle_and_new_events_do_not_cut_its_backoff_sho
             for epoch in range(5):  # each one acknowledged by the driver
                 reporter.send("epoch", epoch=epoch, epochs=5, metrics={"val_loss": 0.5})
             _wait(lambda: seen.epochs == [0, 1, 2, 3, 4])
-            time.sleep(2.0)  # idle, well within PING_S of the last send
-            assert PING_S > 2.0 and len(pings) <= 1, f"{len(pings)} pings from one idle worker in 2 s"
+            del pings[:]
+            time.sleep(3.0)  # idle: a keepalive every PING_S, no more (the ping-pong sent thousands)
+            assert PING_S == 1.0 and 1 <= len(pings) <= 4, f"{len(pings)} pings from one idle worker in 3 s"
 
             server.drop_connections(refuse_s=2.5)
             caplog.set_level(logging.WARNING, logger="sparktrain.train._executor.reporter")
@@ -573,7 +574,7 @@ def test_hundreds_of_silent_ranks_are_one_log_line_per_state_not_one_per_rank(ca
             dog.ranks[rank].update(seen=t0 + rank / 1000, progress=t0 + rank / 1000)
         assert dog.check(now=t0 + 13) is None  # all silent, 318 running (a second timeout), 2 failed (Spark's)
         assert dog.check(now=t0 + 14) is None  # asked again: nothing new to say
-        lines = [r.getMessage() for r in caplog.records]
+        lines = [r.getMessage() for r in caplog.records if r.name == "sparktrain.train.watchdog"]
         running = [m for m in lines if "have sent nothing" in m]
         assert running == ["318 ranks (0-299, 302-319) have sent nothing for up to 13 s, but Spark reports their "
                            "tasks running: their progress channels may be cut (they reconnect); stopping the fit at "
@@ -582,12 +583,40 @@ def test_hundreds_of_silent_ranks_are_one_log_line_per_state_not_one_per_rank(ca
                                                        "retries or fails the stage" for r in (300, 301)]
         overdue = [m for m in lines if "no step for" in m]
         assert len(overdue) == 3, overdue  # one for the 318 that Spark excused; the 2 others, a line each
-        assert overdue[0].startswith("318 ranks (0-299, 302-319): no step for 13-13 s (the longest: rank 0 (h0), "
+        assert overdue[0].startswith("318 ranks (0-299, 302-319): no step for 13 s (the longest: rank 0 (h0), "
                                      "epoch 0, step 3, starting); the fit stops at 24 s (2 x stallTimeout: Spark "
                                      "reports their tasks running)"), overdue
-        assert overdue[1:] == [f"rank {r} (h{r % 7}): no step for 13 s (epoch 0, step 3, starting); the fit stops "
-                               "at 12 s (stallTimeout)" for r in (300, 301)]
+        assert overdue[1:] == [f"rank {r} (h{r % 7}): no step for 13 s (epoch 0, step 3, starting); Spark reports its "
+                               "task failed: Spark's to retry" for r in (300, 301)]  # no stop time: not a stall
         assert len(lines) == 6, lines
+    finally:
+        dog.close()
+
+
+def test_a_silent_ranks_first_warning_asks_spark_and_names_the_real_stop_time(caplog):
+    """stallTimeout 60: the first warning comes at 15 s, long before the rank is overdue; it asks Spark then, so it
+    says 120 s (a running task gets a second timeout), not 60."""
+    from sparktrain.train.watchdog import StallWatchdog
+
+    dog = StallWatchdog(2, timeout=60.0, on_stall=lambda info: None, poll=3600, task_state={0: "RUNNING"}.get)
+    caplog.set_level(logging.WARNING, logger="sparktrain.train.watchdog")
+    try:
+        t0 = dog.started
+        for rank in range(2):
+            dog({"type": "step", "rank": rank, "host": f"h{rank}", "epoch": 1, "step": 7})
+            dog.ranks[rank].update(seen=t0, progress=t0)
+        dog.ranks[1].update(seen=t0 + 16, progress=t0 + 16)  # rank 1 steps on
+        assert dog.check(now=t0 + 16) is None
+        lines = [r.getMessage() for r in caplog.records if r.name == "sparktrain.train.watchdog"]
+        assert lines == ["rank 0 has sent nothing for 16 s, but Spark reports its task running: its progress channel "
+                         "may be cut (it reconnects); stopping the fit at 120 s if it stays silent",
+                         "rank 0 (h0): no step for 16 s (epoch 1, step 7, starting); the fit stops at 120 s "
+                         "(2 x stallTimeout: Spark reports its task running)"], lines
+        dog.ranks[1].update(seen=t0 + 61, progress=t0 + 61)
+        assert dog.check(now=t0 + 61) is None  # rank 0: overdue, excused up to 120 s
+        later = [r.getMessage() for r in caplog.records if r.name == "sparktrain.train.watchdog"][2:]
+        assert later == ["rank 0 (h0): no step for 61 s (epoch 1, step 7, starting); the fit stops at 120 s "
+                         "(2 x stallTimeout: Spark reports its task running)"], later  # Spark's answer: said once
     finally:
         dog.close()
 

@@ -429,9 +429,12 @@ class TaskStates:
         with self._lock:
             now = time.monotonic()
             if self._at is None or now - self._at >= self.max_age_s:
-                self._stages = self._read()
-                self._at = time.monotonic()
-                self.snapshots += 1
+                self._stages = []
+                try:  # (py4j errors reach the caller: the watchdog logs them and counts the state unknown)
+                    self._stages = self._read()
+                finally:  # once per max_age_s even when Spark does not answer: not once per rank
+                    self._at = time.monotonic()
+                    self.snapshots += 1
             for statuses, retry in self._stages:
                 if partition in statuses:
                     return statuses[partition]
@@ -458,6 +461,8 @@ class TaskStates:
                 if index not in newest or attempt >= newest[index][0]:
                     newest[index] = (attempt, str(t.status()))
             out.append(({k: v[1] for k, v in newest.items()}, sinfo.currentAttemptId >= 1))
+            if out[-1][1] or len(newest) >= self.num_tasks:  # older stages answer for no rank (__call__)
+                break
         return out
 
 

@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 _COLLECTIVE_PHASES = ("collective", "step")  # where a rank may be waiting for a peer
 SILENT_S = 5.0  # heartbeats come every second: this long without any event means the process is gone
+_Note = Tuple[str, int, float, float]  # what Spark said of a rank: (state, rank, seconds without a step, limit)
 GROUP_OVER = 3  # more ranks than this in the same state: one log line for them all (a cut silences hundreds)
 
 
@@ -97,7 +98,6 @@ class StallWatchdog:
         self.ranks: Dict[int, Dict[str, Any]] = {}
         self.stalled: Optional[Dict[str, Any]] = None
         self._warned: Dict[int, float] = {}
-        self._notes: List[Tuple[str, int, float, float]] = []  # what Spark said of newly silent ranks, to log
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._poll = poll
@@ -137,9 +137,10 @@ class StallWatchdog:
             silent[r] = quiet > SILENT_S
             ages[r] = max(now - s["progress"], quiet if silent[r] else 0.0)
         limits = {r: self.timeout if s.get("step") else max(self.timeout, STARTUP_S) for r, s in states.items()}
-        excused = [r for r, a in ages.items() if a >= limits[r] and not self._blame(r, silent[r], a, limits[r])]
-        self._log_notes()
-        self._warn(states, ages, now)  # after asking Spark: a silent rank's warning says when the fit stops for it
+        notes: List[_Note] = []  # what Spark said of ranks asked for the first time, logged by _warn
+        excused = [r for r, a in ages.items()
+                   if a >= limits[r] and not self._blame(r, silent[r], a, limits[r], notes)]
+        self._warn(states, ages, silent, limits, notes, now)
         overdue = [r for r, a in ages.items() if a >= limits[r] and r not in excused]
         if excused:  # a rank that waits in a collective on a peer Spark reports running waits with it
             overdue = [r for r in overdue
@@ -155,65 +156,85 @@ class StallWatchdog:
                 "spark_task": self.asked.get(culprit), "run": self.run,
                 "all_in_step": not outside and all(states[r].get("phase") == "step" for r in overdue)}
 
-    def _blame(self, rank: int, silent: bool, age: float, limit: float) -> bool:
-        """Whether an overdue ``rank`` is stalled; a silent one only after asking Spark about its task."""
-        if not silent or self.task_state is None:
-            return True
+    def _ask(self, rank: int) -> Tuple[Optional[str], bool]:
+        """What Spark says about ``rank``'s task (recorded in ``asked``), and whether it was the first time."""
         try:
-            state = self.task_state(rank)
+            state = self.task_state(rank) if self.task_state is not None else None
         except Exception as exc:  # noqa: BLE001 - the tracker is advisory
             log.debug("status tracker: %s", exc)
             state = None
         first = rank not in self.asked
         self.asked[rank] = state or "unknown"
+        return state, first
+
+    def _blame(self, rank: int, silent: bool, age: float, limit: float, notes: List[_Note]) -> bool:
+        """Whether an overdue ``rank`` is stalled; a silent one only after asking Spark about its task."""
+        if not silent or self.task_state is None:
+            return True
+        state, first = self._ask(rank)
         if state in ("SUCCESS", "FAILED", "KILLED") or (state in ("PENDING", "RUNNING") and age < 2 * limit):
-            if first:  # logged once per rank, with the others of this check (_log_notes)
-                self._notes.append((state, rank, age, limit))
+            if first:
+                notes.append((state, rank, age, limit))
             return False  # done, Spark's to retry, or alive: a second timeout
         return True
 
-    def _warn(self, states: Dict[int, Dict[str, Any]], ages: Dict[int, float], now: float) -> None:
+    def _warn(self, states: Dict[int, Dict[str, Any]], ages: Dict[int, float], silent: Dict[int, bool],
+              limits: Dict[int, float], notes: List[_Note], now: float) -> None:
+        """Log what Spark said (``notes``), then the ranks without a step for ``every`` seconds: a line per rank,
+        or one per group of more than :data:`GROUP_OVER` ranks that stop the fit at the same time for one reason."""
         every = max(10.0, self.timeout / 4)
-        due: Dict[Tuple[float, str], List[int]] = {}  # (where the fit stops, why) -> ranks, one line each group
+        due: Dict[Tuple[Optional[float], str], List[int]] = {}  # (when the fit stops, why) -> ranks
         for r, age in ages.items():
-            if age >= every and now - self._warned.get(r, 0.0) >= every:
-                self._warned[r] = now
-                second = self.asked.get(r) in ("RUNNING", "PENDING")  # silent, with its task alive: see _blame
-                starting = not states[r].get("step") and STARTUP_S > self.timeout  # the first step's allowance
-                limit = max(self.timeout, STARTUP_S) if starting else self.timeout
-                why = ("2 x stallTimeout: Spark reports its task " + self.asked[r].lower() if second
-                       else f"the first step's allowance, {STARTUP_S:.0f} s" if starting else "stallTimeout")
-                due.setdefault((limit * (2 if second else 1), why), []).append(r)
+            if age < every or now - self._warned.get(r, 0.0) < every:
+                continue
+            self._warned[r] = now
+            if silent[r] and self.task_state is not None and r not in self.asked:  # ask now: say the right limit
+                state, _ = self._ask(r)
+                if state in _NOTES:
+                    notes.append((state, r, age, limits[r]))
+            state = self.asked.get(r)
+            if state == "SUCCESS":  # its rank is done: nothing to warn of
+                continue
+            starting = not states[r].get("step") and STARTUP_S > self.timeout  # the first step's allowance
+            if state in ("FAILED", "KILLED"):
+                key: Tuple[Optional[float], str] = (None, f"Spark reports its task {state.lower()}: Spark's to retry")
+            elif state in ("RUNNING", "PENDING"):  # silent, with its task alive: see _blame
+                key = (2 * limits[r], "2 x stallTimeout: Spark reports its task " + state.lower())
+            else:
+                key = (limits[r], f"the first step's allowance, {STARTUP_S:.0f} s" if starting else "stallTimeout")
+            due.setdefault(key, []).append(r)
+        self._log_notes(notes)
         for (stops_at, why), ranks in due.items():
+            tail = f"the fit stops at {stops_at:.0f} s ({why})" if stops_at is not None else why
             if len(ranks) <= GROUP_OVER:
                 for r in ranks:
                     s = states[r]
-                    log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); the fit stops at %.0f s "
-                                "(%s)", r, s.get("host", "?"), ages[r], s.get("epoch"), s.get("step"),
-                                s.get("phase", "starting"), stops_at, why)
+                    log.warning("rank %d (%s): no step for %.0f s (epoch %s, step %s, %s); %s", r, s.get("host", "?"),
+                                ages[r], s.get("epoch"), s.get("step"), s.get("phase", "starting"), tail)
                 continue
             r = max(ranks, key=lambda k: ages[k])
             s = states[r]
-            log.warning("%d ranks (%s): no step for %.0f-%.0f s (the longest: rank %d (%s), epoch %s, step %s, %s); "
-                        "the fit stops at %.0f s (%s)", len(ranks), rank_list(ranks), min(ages[k] for k in ranks),
-                        ages[r], r, s.get("host", "?"), s.get("epoch"), s.get("step"), s.get("phase", "starting"),
-                        stops_at, why.replace("its task", "their tasks"))
+            low = min(ages[k] for k in ranks)
+            span = f"{ages[r]:.0f}" if round(low) == round(ages[r]) else f"{low:.0f}-{ages[r]:.0f}"
+            log.warning("%d ranks (%s): no step for %s s (the longest: rank %d (%s), epoch %s, step %s, %s); %s",
+                        len(ranks), rank_list(ranks), span, r, s.get("host", "?"), s.get("epoch"), s.get("step"),
+                        s.get("phase", "starting"), tail.replace("its task", "their tasks"))
 
-    def _log_notes(self) -> None:
-        """What Spark said about ranks that went silent in this check: a line per rank, or per state for many."""
-        notes, self._notes = self._notes, []
-        by_state: Dict[str, List[Tuple[str, int, float, float]]] = {}
+    @staticmethod
+    def _log_notes(notes: List[_Note]) -> None:
+        """What Spark said about ranks asked for the first time: a line per rank, or per state and limit for many."""
+        groups: Dict[Tuple[str, float], List[_Note]] = {}
         for note in notes:
-            by_state.setdefault(note[0], []).append(note)
-        for state, group in by_state.items():
+            groups.setdefault((note[0], note[3]), []).append(note)
+        for (state, limit), group in groups.items():
             one, many = _NOTES.get(state, _NOTES["FAILED"])
             if len(group) <= GROUP_OVER:
-                for _, rank, age, limit in group:
+                for _, rank, age, _ in group:
                     log.warning(one, {"who": f"rank {rank}", "state": state, "age": age, "stops": 2 * limit})
             else:
                 ranks = [n[1] for n in group]
                 log.warning(many, {"who": f"{len(ranks)} ranks ({rank_list(ranks)})", "state": state,
-                                   "age": max(n[2] for n in group), "stops": 2 * max(n[3] for n in group)})
+                                   "age": max(n[2] for n in group), "stops": 2 * limit})
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll):

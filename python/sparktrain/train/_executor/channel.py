@@ -39,8 +39,10 @@ VERSION = 2
 HELLO_S = 5.0
 #: seconds a connection may send nothing before the driver closes it
 READ_TIMEOUT_S = 30.0
-#: seconds of silence after which a worker sends a ping (keeps its connection under READ_TIMEOUT_S)
-PING_S = 5.0
+#: seconds of silence after which a worker sends a ping: keeps its connection under READ_TIMEOUT_S, and a rank
+#: without a heartbeat yet (importing its framework, in its rendezvous) inside the driver's SILENT_S (5 s) and a
+#: reused gang's ALIVE_S (2.5 s), so it is not taken for a lost process
+PING_S = 1.0
 
 
 def token_ok(given: Any, token: str) -> bool:

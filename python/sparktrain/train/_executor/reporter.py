@@ -291,13 +291,16 @@ class Reporter:
                     continue
                 lines = list(self._queue)
                 batch = ([self._beat] if self._beat is not None else []) + [line for _, line in lines]
-                if not batch or self._want_ack:  # a ping: keeps the connection alive, asks for an acknowledgement
+                asked_ack = self._want_ack
+                if not batch or asked_ack:  # a ping: keeps the connection alive, asks for an acknowledgement
                     batch.append((json.dumps({"type": "ping", "rank": self.rank, "host": self.host,
                                               **({"run": self.run} if self.run else {})}) + "\n").encode())
                     self._want_ack = False
                 sent_beat = self._beat
             sock = self._sock
             if sock is None:
+                with self._cond:
+                    self._want_ack = self._want_ack or asked_ack
                 continue
             try:
                 last_sent = time.monotonic()
@@ -305,6 +308,7 @@ class Reporter:
             except OSError as exc:
                 log.debug("rank %d: progress channel broke: %s", self.rank, exc)
                 with self._cond:
+                    self._want_ack = self._want_ack or asked_ack  # flush() still waits for it: ask again
                     if self._sock is sock:
                         self._drop_connection()
                 continue
