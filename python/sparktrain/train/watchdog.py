@@ -70,6 +70,7 @@ _NOTES = {
                 "%(who)s have sent nothing for up to %(age).0f s, but Spark reports their tasks running: their "
                 "progress channels may be cut (they reconnect); stopping the fit at %(stops).0f s if they stay silent"),
 }
+_NOTES["KILLED"] = _NOTES["FAILED"]  # (its state is in the line)
 
 
 def rank_list(ranks: List[int], runs: int = 6) -> str:
@@ -227,7 +228,7 @@ class StallWatchdog:
         for note in notes:
             groups.setdefault((note[0], note[3]), []).append(note)
         for (state, limit), group in groups.items():
-            one, many = _NOTES.get(state, _NOTES["FAILED"])
+            one, many = _NOTES[state]
             if len(group) <= GROUP_OVER:
                 for _, rank, age, _ in group:
                     log.warning(one, {"who": f"rank {rank}", "state": state, "age": age, "stops": 2 * limit})
